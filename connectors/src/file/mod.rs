@@ -1,0 +1,222 @@
+//! The file source: `connector = 'file'`, `format = 'csv' | 'json'`.
+//!
+//! Options: `path` (required), `format` (`csv` default, or `json` for JSON lines), `header`
+//! (csv, default false), `delimiter` (csv, one character, default `,`), `bad_rows` (`fail`
+//! default, or `skip`), `batch_size` (rows per batch, default 8192).
+//!
+//! A malformed row fails the query with file, line and reason, unless `bad_rows = 'skip'`, in
+//! which case it is skipped and counted. The reader can resume from a recorded byte offset.
+
+pub mod format;
+pub mod records;
+
+use std::path::PathBuf;
+
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use weir_engine::{EngineError, Result as EngineResult, SourceFactory, SourcePoll, SourceReader, TaskInfo};
+
+use crate::error::{ConnectorError, Result};
+use crate::options::Options;
+pub use format::FileFormat;
+pub use records::{FilePosition, RecordReader};
+
+const OPTIONS: &[&str] = &["connector", "path", "format", "header", "delimiter", "bad_rows", "batch_size"];
+
+/// What to do with a row that cannot be parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadRows {
+    Fail,
+    Skip,
+}
+
+/// Plan node of a file source.
+#[derive(Debug, Clone)]
+pub struct FileSourceFactory {
+    pub table: String,
+    pub path: PathBuf,
+    pub format: FileFormat,
+    pub schema: SchemaRef,
+    pub bad_rows: BadRows,
+    pub batch_size: usize,
+}
+
+impl FileSourceFactory {
+    pub fn from_options(table: &str, schema: SchemaRef, options: &mut Options) -> Result<Self> {
+        let path = PathBuf::from(options.take_required("path")?);
+        let format = options.take("format").unwrap_or_else(|| "csv".into());
+        let header = options.take_bool("header")?;
+        let delimiter = options.take("delimiter");
+        let format = match format.to_ascii_lowercase().as_str() {
+            "csv" => {
+                let delimiter = match delimiter.as_deref() {
+                    None => b',',
+                    Some("\\t") | Some("\t") => b'\t',
+                    Some(d) if d.len() == 1 => d.as_bytes()[0],
+                    Some(d) => {
+                        return Err(ConnectorError::InvalidOption {
+                            option: "delimiter".into(),
+                            value: d.into(),
+                            reason: "expected one character".into(),
+                        })
+                    }
+                };
+                FileFormat::Csv {
+                    header: header.unwrap_or(false),
+                    delimiter,
+                }
+            }
+            "json" | "jsonl" | "ndjson" => {
+                if header.is_some() || delimiter.is_some() {
+                    return Err(ConnectorError::InvalidOption {
+                        option: if header.is_some() { "header" } else { "delimiter" }.into(),
+                        value: "...".into(),
+                        reason: "only for format 'csv'".into(),
+                    });
+                }
+                FileFormat::Json
+            }
+            other => {
+                return Err(ConnectorError::InvalidOption {
+                    option: "format".into(),
+                    value: other.into(),
+                    reason: "expected 'csv' or 'json'".into(),
+                })
+            }
+        };
+        let bad_rows = match options.take("bad_rows").as_deref() {
+            None | Some("fail") => BadRows::Fail,
+            Some("skip") => BadRows::Skip,
+            Some(other) => {
+                return Err(ConnectorError::InvalidOption {
+                    option: "bad_rows".into(),
+                    value: other.into(),
+                    reason: "expected 'fail' or 'skip'".into(),
+                })
+            }
+        };
+        let batch_size = options.take_parsed::<usize>("batch_size", "a positive number")?.unwrap_or(8192);
+        if batch_size == 0 {
+            return Err(ConnectorError::InvalidOption {
+                option: "batch_size".into(),
+                value: "0".into(),
+                reason: "expected a positive number".into(),
+            });
+        }
+        options.finish("file", OPTIONS)?;
+        Ok(Self {
+            table: table.to_string(),
+            path,
+            format,
+            schema,
+            bad_rows,
+            batch_size,
+        })
+    }
+
+    /// A reader starting at `position`.
+    pub fn reader_at(&self, position: FilePosition) -> EngineResult<FileReader> {
+        let quote_aware = matches!(self.format, FileFormat::Csv { .. });
+        let records = RecordReader::open(&self.path, position, quote_aware)?;
+        Ok(FileReader {
+            spec: self.clone(),
+            skip_header: position.offset == 0 && matches!(self.format, FileFormat::Csv { header: true, .. }),
+            records,
+            skipped: 0,
+        })
+    }
+}
+
+impl SourceFactory for FileSourceFactory {
+    fn describe(&self) -> String {
+        format!("FileSource: {} ({}) as {}", self.path.display(), self.format.name(), self.table)
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn is_bounded(&self) -> bool {
+        true
+    }
+
+    fn create(&self, _task: &TaskInfo) -> EngineResult<Box<dyn SourceReader>> {
+        Ok(Box::new(self.reader_at(FilePosition::START)?))
+    }
+}
+
+/// Reads one file in order.
+pub struct FileReader {
+    spec: FileSourceFactory,
+    skip_header: bool,
+    records: RecordReader,
+    skipped: u64,
+}
+
+impl FileReader {
+    /// Where the next batch starts (a checkpoint records this).
+    pub fn position(&self) -> FilePosition {
+        self.records.position()
+    }
+
+    /// Decodes records one by one: the bad ones fail the query or are skipped.
+    fn decode_slowly(&mut self, recs: &records::Records) -> EngineResult<RecordBatch> {
+        let mut good = Vec::new();
+        for i in 0..recs.len() {
+            match self.spec.format.decode(&self.spec.schema, recs.record(i), 1) {
+                Ok(b) => good.push(b),
+                Err(e) => {
+                    let (_, _, line) = recs.spans[i];
+                    if self.spec.bad_rows == BadRows::Fail {
+                        return Err(EngineError::BadInput(format!(
+                            "table {}: file '{}' line {line}: {} (set bad_rows = 'skip' to skip such rows)",
+                            self.spec.table,
+                            self.spec.path.display(),
+                            format::describe_error(&e)
+                        )));
+                    }
+                    self.skipped += 1;
+                }
+            }
+        }
+        Ok(concat_batches(&self.spec.schema, &good)?)
+    }
+}
+
+impl SourceReader for FileReader {
+    fn schema(&self) -> SchemaRef {
+        self.spec.schema.clone()
+    }
+
+    fn poll_next(&mut self) -> EngineResult<SourcePoll> {
+        loop {
+            let Some(mut recs) = self.records.next_records(self.spec.batch_size)? else {
+                return Ok(SourcePoll::Exhausted);
+            };
+            if self.skip_header && !recs.is_empty() {
+                self.skip_header = false;
+                let (_, end, _) = recs.spans.remove(0);
+                recs.data.drain(..end);
+                for span in recs.spans.iter_mut() {
+                    span.0 -= end;
+                    span.1 -= end;
+                }
+            }
+            if recs.is_empty() {
+                continue;
+            }
+            let batch = match self.spec.format.decode(&self.spec.schema, &recs.data, recs.len()) {
+                Ok(b) => b,
+                Err(_) => self.decode_slowly(&recs)?,
+            };
+            if batch.num_rows() > 0 {
+                return Ok(SourcePoll::Batch(batch));
+            }
+        }
+    }
+
+    fn skipped_rows(&self) -> u64 {
+        self.skipped
+    }
+}

@@ -1,0 +1,51 @@
+//! weir's connectors: sources that read rows into a job and sinks that take its results.
+//!
+//! A table's `WITH (connector = '...', ...)` options are validated here, when the table is
+//! created, so a typo is reported at once and names the option.
+
+pub mod error;
+pub mod file;
+pub mod nexmark;
+pub mod options;
+pub mod sinks;
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use weir_engine::SourceFactory;
+
+pub use error::{ConnectorError, Result};
+pub use options::Options;
+
+/// The connectors a table can name.
+pub const SOURCE_CONNECTORS: &[&str] = &["file", "nexmark"];
+
+/// Builds a source factory from a table's schema and WITH options. Every option must be
+/// understood; an unknown one is an error naming it.
+pub fn create_source(
+    table: &str,
+    schema: Option<SchemaRef>,
+    options: &Options,
+) -> Result<Arc<dyn SourceFactory>> {
+    let mut options = options.clone();
+    let connector = options.take_required("connector")?;
+    match connector.as_str() {
+        "file" => {
+            let schema = schema.ok_or_else(|| {
+                ConnectorError::Schema(format!(
+                    "table {table}: connector 'file' needs a column list"
+                ))
+            })?;
+            Ok(Arc::new(file::FileSourceFactory::from_options(table, schema, &mut options)?))
+        }
+        "nexmark" => Ok(Arc::new(nexmark::NexmarkSourceFactory::from_options(
+            table,
+            schema,
+            &mut options,
+        )?)),
+        other => Err(ConnectorError::UnknownConnector {
+            name: other.to_string(),
+            known: SOURCE_CONNECTORS.join(", "),
+        }),
+    }
+}

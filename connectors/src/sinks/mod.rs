@@ -1,0 +1,5 @@
+//! Sinks: operators at the end of a job that hand its results on.
+
+pub mod channel;
+
+pub use channel::{ChannelSink, SinkEvent};

@@ -1,0 +1,46 @@
+//! The engine's error type. User errors (bad input data) are kept apart from internal bugs so
+//! front ends can report them differently.
+
+use datafusion::arrow::error::ArrowError;
+use datafusion::error::DataFusionError;
+
+/// Errors raised while building or running a dataflow job.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The input data is wrong: a malformed row, an unparsable value. The message names the
+    /// source, file and line where known.
+    #[error("bad input: {0}")]
+    BadInput(String),
+    /// An I/O failure, with what was being done.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An error from DataFusion while evaluating expressions or aggregates.
+    #[error(transparent)]
+    DataFusion(#[from] DataFusionError),
+    /// An error from Arrow kernels.
+    #[error(transparent)]
+    Arrow(#[from] ArrowError),
+    /// The job was cancelled before it finished.
+    #[error("job cancelled")]
+    Cancelled,
+    /// A bug in weir: an invariant did not hold.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl EngineError {
+    /// An I/O error with a sentence saying what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        EngineError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// Result alias for the engine.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -1,0 +1,132 @@
+//! The job graph: stages, their operators and the edges between them. This is the plan the
+//! planner hands to the runtime; it holds factories, not running operators.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::error::Result;
+use crate::event_time::EventTimeSpec;
+use crate::metrics::JobMetrics;
+use crate::operator::Operator;
+use crate::source::SourceReader;
+
+/// What an operator or source instance learns about where it runs.
+#[derive(Debug, Clone)]
+pub struct TaskInfo {
+    pub job: String,
+    pub stage: String,
+    pub instance: usize,
+    pub parallelism: usize,
+    pub metrics: Arc<JobMetrics>,
+}
+
+/// Builds one operator instance per task. Also describes itself for EXPLAIN.
+pub trait OperatorFactory: Send + Sync {
+    /// One line for EXPLAIN, e.g. `Filter: price > 10`.
+    fn describe(&self) -> String;
+    fn create(&self, task: &TaskInfo) -> Result<Box<dyn Operator>>;
+}
+
+/// Builds the reader of one source partition.
+pub trait SourceFactory: Send + Sync {
+    /// One line for EXPLAIN, e.g. `FileSource: bids.csv (csv)`.
+    fn describe(&self) -> String;
+    /// Whether the source ends by itself.
+    fn is_bounded(&self) -> bool;
+    /// Schema of the rows it produces.
+    fn schema(&self) -> datafusion::arrow::datatypes::SchemaRef;
+    fn create(&self, task: &TaskInfo) -> Result<Box<dyn SourceReader>>;
+}
+
+/// How rows travel from an upstream stage to the instances of a downstream stage.
+#[derive(Debug, Clone)]
+pub enum Partitioning {
+    /// Instance i sends to instance i (both stages have the same parallelism).
+    Forward,
+    /// Rows go to the instance chosen by the hash of these expressions (the keyed exchange).
+    Hash(Vec<Arc<dyn PhysicalExpr>>),
+    /// Every upstream instance sends to the single downstream instance (a merge).
+    Single,
+}
+
+impl fmt::Display for Partitioning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Partitioning::Forward => write!(f, "forward"),
+            Partitioning::Hash(keys) => {
+                let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+                write!(f, "hash({})", keys.join(", "))
+            }
+            Partitioning::Single => write!(f, "single"),
+        }
+    }
+}
+
+/// An edge into a stage.
+#[derive(Clone)]
+pub struct StageInput {
+    pub from: usize,
+    pub partitioning: Partitioning,
+}
+
+/// The reader and event-time handling of a source stage.
+#[derive(Clone)]
+pub struct SourceStage {
+    pub factory: Arc<dyn SourceFactory>,
+    pub event_time: EventTimeSpec,
+    /// Text of the event-time handling for EXPLAIN (watermark, window function).
+    pub event_time_text: Vec<String>,
+}
+
+/// A stage: a chain of operators run as `parallelism` instances.
+#[derive(Clone)]
+pub struct Stage {
+    pub name: String,
+    pub parallelism: usize,
+    /// Set for source stages, which have no inputs.
+    pub source: Option<SourceStage>,
+    pub inputs: Vec<StageInput>,
+    pub chain: Vec<Arc<dyn OperatorFactory>>,
+}
+
+/// A whole job: stages in an order where every input comes before its consumer. The last stage
+/// holds the sink.
+#[derive(Clone, Default)]
+pub struct JobGraph {
+    pub name: String,
+    pub stages: Vec<Stage>,
+}
+
+impl JobGraph {
+    /// Whether every source of the job is bounded.
+    pub fn is_bounded(&self) -> bool {
+        self.stages
+            .iter()
+            .filter_map(|s| s.source.as_ref())
+            .all(|s| s.factory.is_bounded())
+    }
+
+    /// The dataflow as text, sink first, for EXPLAIN.
+    pub fn explain(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (i, stage) in self.stages.iter().enumerate().rev() {
+            let mut head = format!("Stage {i} \"{}\" parallelism={}", stage.name, stage.parallelism);
+            for input in &stage.inputs {
+                head.push_str(&format!(" <- stage {} [{}]", input.from, input.partitioning));
+            }
+            lines.push(head);
+            for op in stage.chain.iter().rev() {
+                lines.push(format!("  {}", op.describe()));
+            }
+            if let Some(src) = &stage.source {
+                for t in src.event_time_text.iter().rev() {
+                    lines.push(format!("  {t}"));
+                }
+                lines.push(format!("  {}", src.factory.describe()));
+            }
+        }
+        lines
+    }
+}

@@ -1,0 +1,12 @@
+//! Operators, one per file. Each file's doc says what the operator takes, emits and keeps, and
+//! what it does on watermark, barrier and end.
+
+pub mod calc;
+pub mod limit;
+pub mod sort;
+pub mod window_aggregate;
+
+pub use calc::CalcOperator;
+pub use limit::LimitSpec;
+pub use sort::SortSpec;
+pub use window_aggregate::{GroupColumn, WindowAggregateOperator, WindowAggregateSpec, WindowColumn};

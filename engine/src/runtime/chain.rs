@@ -1,0 +1,71 @@
+//! Operator chaining: the operators of one task, fed synchronously one into the next.
+
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::Result;
+use crate::message::EventTime;
+use crate::operator::{Operator, Output};
+
+/// The operators of one task, in order.
+pub struct Chain {
+    ops: Vec<Box<dyn Operator>>,
+}
+
+impl Chain {
+    pub fn new(ops: Vec<Box<dyn Operator>>) -> Self {
+        Self { ops }
+    }
+
+    /// Pushes batches emitted by operator `from - 1` through operators `from..`.
+    fn push_from(&mut self, from: usize, mut batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        let mut out = Output::default();
+        for op in self.ops.iter_mut().skip(from) {
+            if batches.is_empty() {
+                break;
+            }
+            for b in batches {
+                op.process_batch(b, 0, &mut out)?;
+            }
+            batches = out.take();
+        }
+        Ok(batches)
+    }
+
+    /// Feeds a batch from logical input `input` into the first operator.
+    pub fn process(&mut self, batch: RecordBatch, input: usize) -> Result<Vec<RecordBatch>> {
+        let Some(first) = self.ops.first_mut() else {
+            return Ok(vec![batch]);
+        };
+        let mut out = Output::default();
+        first.process_batch(batch, input, &mut out)?;
+        self.push_from(1, out.take())
+    }
+
+    /// Advances the watermark through the chain. Returns the batches that came out and the
+    /// watermark to forward.
+    pub fn on_watermark(&mut self, mut watermark: EventTime) -> Result<(Vec<RecordBatch>, EventTime)> {
+        let mut emitted = Vec::new();
+        for i in 0..self.ops.len() {
+            let mut out = Output::default();
+            watermark = self.ops[i].on_watermark(watermark, &mut out)?;
+            emitted.extend(self.push_from(i + 1, out.take())?);
+        }
+        Ok((emitted, watermark))
+    }
+
+    /// Snapshot every operator for `epoch`, in order.
+    pub fn snapshot(&mut self, epoch: u64) -> Result<()> {
+        self.ops.iter_mut().try_for_each(|op| op.snapshot(epoch))
+    }
+
+    /// All inputs ended: let each operator flush, in order.
+    pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut emitted = Vec::new();
+        for i in 0..self.ops.len() {
+            let mut out = Output::default();
+            self.ops[i].finish(&mut out)?;
+            emitted.extend(self.push_from(i + 1, out.take())?);
+        }
+        Ok(emitted)
+    }
+}

@@ -1,0 +1,240 @@
+//! The receiving side of a task: merges its input channels and applies the two rules every
+//! operator relies on, so no operator has to:
+//!
+//! - the task's watermark is the minimum over its inputs (an ended input no longer holds it
+//!   back), and it never goes backwards;
+//! - barrier alignment: in exactly-once mode an input that delivered barrier n is parked until
+//!   barrier n arrived on every input; then the barrier is handed to the task once.
+
+use crossbeam_channel::{Receiver, Select};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::EngineError;
+use crate::message::{Barrier, EventTime, Message, WATERMARK_MAX, WATERMARK_MIN};
+use crate::runtime::outlet::TaskExit;
+
+/// What the gate hands to the task.
+#[derive(Debug)]
+pub enum GateEvent {
+    /// Rows from logical input `input`.
+    Batch(RecordBatch, usize),
+    /// The minimum watermark over the inputs advanced to this value.
+    Watermark(EventTime),
+    /// Every input delivered this barrier.
+    Barrier(Barrier),
+    /// Every input ended.
+    End,
+}
+
+struct Input {
+    rx: Receiver<Message>,
+    logical: usize,
+    watermark: EventTime,
+    ended: bool,
+    /// Delivered the pending barrier (parked while aligning).
+    at_barrier: bool,
+}
+
+/// The merged inputs of one task.
+pub struct InputGate {
+    inputs: Vec<Input>,
+    watermark: EventTime,
+    pending: Option<Barrier>,
+    /// Exactly-once: park inputs at a barrier until all have it.
+    align: bool,
+}
+
+impl InputGate {
+    /// `inputs` pairs each channel with the logical input it belongs to.
+    pub fn new(inputs: Vec<(Receiver<Message>, usize)>, align: bool) -> Self {
+        Self {
+            inputs: inputs
+                .into_iter()
+                .map(|(rx, logical)| Input {
+                    rx,
+                    logical,
+                    watermark: WATERMARK_MIN,
+                    ended: false,
+                    at_barrier: false,
+                })
+                .collect(),
+            watermark: WATERMARK_MIN,
+            pending: None,
+            align,
+        }
+    }
+
+    fn receive(&self) -> Result<(usize, Message), TaskExit> {
+        let ready: Vec<usize> = (0..self.inputs.len())
+            .filter(|&i| {
+                let input = &self.inputs[i];
+                !input.ended && !(self.align && input.at_barrier)
+            })
+            .collect();
+        match ready.as_slice() {
+            [] => Err(TaskExit::Failed(EngineError::Internal(
+                "input gate has no input to read".into(),
+            ))),
+            [only] => self.inputs[*only]
+                .rx
+                .recv()
+                .map(|m| (*only, m))
+                .map_err(|_| TaskExit::Disconnected),
+            _ => {
+                let mut select = Select::new();
+                for &i in &ready {
+                    select.recv(&self.inputs[i].rx);
+                }
+                let op = select.select();
+                let i = ready[op.index()];
+                op.recv(&self.inputs[i].rx)
+                    .map(|m| (i, m))
+                    .map_err(|_| TaskExit::Disconnected)
+            }
+        }
+    }
+
+    /// The minimum watermark over inputs still running.
+    fn min_watermark(&self) -> EventTime {
+        self.inputs
+            .iter()
+            .filter(|i| !i.ended)
+            .map(|i| i.watermark)
+            .min()
+            .unwrap_or(WATERMARK_MAX)
+    }
+
+    /// A watermark event if the minimum advanced.
+    fn advance(&mut self) -> Option<GateEvent> {
+        let m = self.min_watermark();
+        (m > self.watermark).then(|| {
+            self.watermark = m;
+            GateEvent::Watermark(m)
+        })
+    }
+
+    /// The pending barrier, once every running input delivered it.
+    fn barrier_complete(&mut self) -> Option<GateEvent> {
+        let barrier = self.pending?;
+        if self.inputs.iter().all(|i| i.ended || i.at_barrier) {
+            self.pending = None;
+            self.inputs.iter_mut().for_each(|i| i.at_barrier = false);
+            Some(GateEvent::Barrier(barrier))
+        } else {
+            None
+        }
+    }
+
+    /// Waits for the next event for the task.
+    pub fn next(&mut self) -> Result<GateEvent, TaskExit> {
+        loop {
+            if self.inputs.iter().all(|i| i.ended) {
+                return Ok(GateEvent::End);
+            }
+            let (i, msg) = self.receive()?;
+            match msg {
+                Message::Batch(batch) => return Ok(GateEvent::Batch(batch, self.inputs[i].logical)),
+                Message::Watermark(w) => {
+                    let input = &mut self.inputs[i];
+                    input.watermark = input.watermark.max(w);
+                    if let Some(ev) = self.advance() {
+                        return Ok(ev);
+                    }
+                }
+                Message::Barrier(b) => {
+                    match self.pending {
+                        Some(p) if p.epoch != b.epoch => {
+                            return Err(TaskExit::Failed(EngineError::Internal(format!(
+                                "barrier {} arrived while aligning barrier {}",
+                                b.epoch, p.epoch
+                            ))))
+                        }
+                        _ => self.pending = Some(b),
+                    }
+                    self.inputs[i].at_barrier = true;
+                    if let Some(ev) = self.barrier_complete() {
+                        return Ok(ev);
+                    }
+                }
+                Message::End => {
+                    self.inputs[i].ended = true;
+                    // An input that ended may have been the one holding back a barrier or the
+                    // watermark. The barrier goes first: it belongs before anything newer.
+                    if let Some(ev) = self.barrier_complete() {
+                        // the watermark advance, if any, is picked up on the next call
+                        return Ok(ev);
+                    }
+                    if let Some(ev) = self.advance() {
+                        return Ok(ev);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Re-checks the watermark after a barrier was handed out (an input may have ended).
+    pub fn pending_watermark(&mut self) -> Option<GateEvent> {
+        self.advance()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::BarrierKind;
+    use crossbeam_channel::bounded;
+
+    fn barrier(epoch: u64) -> Message {
+        Message::Barrier(Barrier {
+            epoch,
+            kind: BarrierKind::Checkpoint,
+        })
+    }
+
+    #[test]
+    fn watermark_is_minimum_over_inputs_and_ended_inputs_stop_holding_it() {
+        let (a_tx, a_rx) = bounded(8);
+        let (b_tx, b_rx) = bounded(8);
+        let mut gate = InputGate::new(vec![(a_rx, 0), (b_rx, 0)], true);
+        a_tx.send(Message::Watermark(10)).unwrap();
+        b_tx.send(Message::Watermark(5)).unwrap();
+        // a=10 alone does not advance the minimum (b is MIN); then b=5 does.
+        assert!(matches!(gate.next().unwrap(), GateEvent::Watermark(5)));
+        b_tx.send(Message::Watermark(3)).unwrap(); // going backwards is ignored
+        b_tx.send(Message::End).unwrap();
+        assert!(matches!(gate.next().unwrap(), GateEvent::Watermark(10)));
+        a_tx.send(Message::End).unwrap();
+        assert!(matches!(gate.next().unwrap(), GateEvent::End));
+    }
+
+    #[test]
+    fn an_input_at_a_barrier_is_parked_until_all_inputs_have_it() {
+        let (a_tx, a_rx) = bounded(8);
+        let (b_tx, b_rx) = bounded(8);
+        let mut gate = InputGate::new(vec![(a_rx, 0), (b_rx, 1)], true);
+        a_tx.send(barrier(1)).unwrap();
+        a_tx.send(Message::Watermark(99)).unwrap(); // after the barrier: must wait
+        b_tx.send(Message::Watermark(1)).unwrap();
+        b_tx.send(barrier(1)).unwrap();
+        // b's watermark cannot advance the min (a is MIN); then b's barrier completes alignment.
+        assert!(matches!(gate.next().unwrap(), GateEvent::Barrier(Barrier { epoch: 1, .. })));
+        b_tx.send(Message::Watermark(50)).unwrap();
+        assert!(matches!(gate.next().unwrap(), GateEvent::Watermark(_)));
+    }
+
+    #[test]
+    fn without_alignment_the_barrier_is_handed_out_when_the_last_input_has_it() {
+        let (a_tx, a_rx) = bounded(8);
+        let (b_tx, b_rx) = bounded(8);
+        let mut gate = InputGate::new(vec![(a_rx, 0), (b_rx, 0)], false);
+        a_tx.send(barrier(1)).unwrap();
+        a_tx.send(Message::Batch(RecordBatch::new_empty(std::sync::Arc::new(
+            datafusion::arrow::datatypes::Schema::empty(),
+        ))))
+        .unwrap();
+        // at-least-once: a's batch after its barrier is processed before b's barrier arrives
+        assert!(matches!(gate.next().unwrap(), GateEvent::Batch(_, 0)));
+        b_tx.send(barrier(1)).unwrap();
+        assert!(matches!(gate.next().unwrap(), GateEvent::Barrier(_)));
+    }
+}

@@ -1,0 +1,146 @@
+//! What DataFusion's SQL planner sees: weir's tables (and the synthetic tables standing for
+//! window table functions) as table sources, and DataFusion's functions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::TableReference;
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::logical_expr::planner::ExprPlanner;
+use datafusion::logical_expr::{AggregateUDF, HigherOrderUDF, ScalarUDF, TableSource, WindowUDF};
+use datafusion::optimizer::{Optimizer, OptimizerRule};
+use datafusion::prelude::SessionConfig as DFSessionConfig;
+use datafusion::sql::planner::ContextProvider;
+use weir_engine::WindowSpec;
+
+use crate::catalog::Catalog;
+
+/// A window table function applied to a table.
+#[derive(Debug, Clone)]
+pub struct WindowTvf {
+    pub table: String,
+    pub time_column: usize,
+    pub spec: WindowSpec,
+    /// As written, for EXPLAIN.
+    pub text: String,
+}
+
+/// What a scan reads.
+#[derive(Debug, Clone)]
+pub enum ScanKind {
+    Table(String),
+    Window(WindowTvf),
+}
+
+/// A table source for DataFusion's planner; the stream planner reads `kind` back from the
+/// plan's TableScan.
+#[derive(Debug)]
+pub struct StreamTableSource {
+    pub schema: SchemaRef,
+    pub kind: ScanKind,
+}
+
+impl TableSource for StreamTableSource {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+}
+
+/// Builds the DataFusion session state weir plans with.
+pub fn new_session_state() -> SessionState {
+    let mut config = DFSessionConfig::new();
+    // Plain Utf8 strings: what connectors produce and clients expect.
+    config.options_mut().sql_parser.map_string_types_to_utf8view = false;
+    config.options_mut().execution.time_zone = Some("+00:00".into());
+    // COUNT(DISTINCT x) must stay one aggregation so it can be windowed.
+    let rules: Vec<Arc<dyn OptimizerRule + Send + Sync>> = Optimizer::new()
+        .rules
+        .into_iter()
+        .filter(|r| r.name() != "single_distinct_aggregation_to_group_by")
+        .collect();
+    SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_optimizer_rules(rules)
+        .build()
+}
+
+/// The planner's view of one statement: the catalog plus this statement's window tables.
+pub struct PlanningContext<'a> {
+    pub state: &'a SessionState,
+    pub catalog: &'a Catalog,
+    pub windows: HashMap<String, Arc<StreamTableSource>>,
+}
+
+impl<'a> PlanningContext<'a> {
+    pub fn new(state: &'a SessionState, catalog: &'a Catalog) -> Self {
+        Self {
+            state,
+            catalog,
+            windows: HashMap::new(),
+        }
+    }
+}
+
+impl ContextProvider for PlanningContext<'_> {
+    fn get_table_source(&self, name: TableReference) -> DFResult<Arc<dyn TableSource>> {
+        let table = name.table();
+        if let Some(w) = self.windows.get(table) {
+            return Ok(Arc::clone(w) as Arc<dyn TableSource>);
+        }
+        match self.catalog.get(table) {
+            Some(def) => Ok(Arc::new(StreamTableSource {
+                schema: Arc::clone(&def.schema),
+                kind: ScanKind::Table(def.name.clone()),
+            })),
+            None => Err(DataFusionError::Plan(format!("table '{name}' does not exist"))),
+        }
+    }
+
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        self.state.expr_planners()
+    }
+
+    fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        self.state.scalar_functions().get(name).cloned()
+    }
+
+    fn get_higher_order_meta(&self, name: &str) -> Option<Arc<HigherOrderUDF>> {
+        self.state.higher_order_functions().get(name).cloned()
+    }
+
+    fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        self.state.aggregate_functions().get(name).cloned()
+    }
+
+    fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
+        self.state.window_functions().get(name).cloned()
+    }
+
+    fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
+        None
+    }
+
+    fn options(&self) -> &ConfigOptions {
+        self.state.config_options()
+    }
+
+    fn udf_names(&self) -> Vec<String> {
+        self.state.scalar_functions().keys().cloned().collect()
+    }
+
+    fn higher_order_function_names(&self) -> Vec<String> {
+        self.state.higher_order_functions().keys().cloned().collect()
+    }
+
+    fn udaf_names(&self) -> Vec<String> {
+        self.state.aggregate_functions().keys().cloned().collect()
+    }
+
+    fn udwf_names(&self) -> Vec<String> {
+        self.state.window_functions().keys().cloned().collect()
+    }
+}

@@ -1,0 +1,80 @@
+//! Planner errors. Each names what is wrong and, for syntax errors, where.
+
+use datafusion::error::DataFusionError;
+use weir_connectors::ConnectorError;
+use weir_engine::EngineError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The SQL does not parse.
+    #[error("syntax error at line {line}, column {column}: {message}")]
+    Syntax {
+        line: u64,
+        column: u64,
+        message: String,
+    },
+    /// Valid SQL that weir does not run yet.
+    #[error("not supported: {0}")]
+    NotSupported(String),
+    #[error("table '{0}' does not exist")]
+    UnknownTable(String),
+    #[error("table '{0}' already exists")]
+    TableExists(String),
+    /// Another mistake in the statement, explained.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Connector(#[from] ConnectorError),
+    #[error("{0}")]
+    DataFusion(#[from] DataFusionError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl PlanError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        PlanError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The PostgreSQL SQLSTATE code that best describes this error.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            PlanError::Syntax { .. } => "42601",
+            PlanError::NotSupported(_) => "0A000",
+            PlanError::UnknownTable(_) => "42P01",
+            PlanError::TableExists(_) => "42P07",
+            PlanError::DataFusion(DataFusionError::SchemaError(..)) => "42703",
+            PlanError::DataFusion(_) | PlanError::Invalid(_) => "42000",
+            PlanError::Connector(_) => "22023",
+            PlanError::Engine(EngineError::BadInput(_)) => "22P02",
+            PlanError::Engine(EngineError::Cancelled) => "57014",
+            PlanError::Io { .. } => "58030",
+            PlanError::Engine(_) | PlanError::Internal(_) => "XX000",
+        }
+    }
+}
+
+/// Builds a [`PlanError::NotSupported`].
+#[macro_export]
+macro_rules! not_supported {
+    ($($arg:tt)*) => { $crate::error::PlanError::NotSupported(format!($($arg)*)) };
+}
+
+/// Builds a [`PlanError::Invalid`].
+#[macro_export]
+macro_rules! invalid {
+    ($($arg:tt)*) => { $crate::error::PlanError::Invalid(format!($($arg)*)) };
+}
+
+pub type Result<T, E = PlanError> = std::result::Result<T, E>;

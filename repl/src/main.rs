@@ -1,0 +1,81 @@
+//! The `weir` binary: interactive REPL, script runner (`-f`).
+
+mod output;
+mod repl;
+mod runner;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use weir_planner::{Session, SessionConfig};
+
+use crate::output::Format;
+
+/// weir: a streaming SQL engine with event-time windows.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about)]
+struct Cli {
+    /// Run the statements of this SQL script, then exit.
+    #[arg(short = 'f', long = "file")]
+    file: Option<PathBuf>,
+    /// How query results are printed.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Directory for the catalog (and, later, state and checkpoints).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Instances of each parallel stage (default: number of cores).
+    #[arg(long)]
+    parallelism: Option<usize>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut config = SessionConfig {
+        data_dir: cli.data_dir.clone(),
+        ..SessionConfig::default()
+    };
+    if let Some(p) = cli.parallelism {
+        if p == 0 {
+            eprintln!("error: --parallelism must be at least 1");
+            return ExitCode::from(2);
+        }
+        config.parallelism = p;
+    }
+    let (mut session, warnings) = match Session::open(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    let interrupted = runner::install_interrupt_handler();
+    match cli.file {
+        Some(path) => {
+            let script = match std::fs::read_to_string(&path) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: cannot read '{}': {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            };
+            let mut runner = runner::Runner::new(&mut session, cli.format, interrupted);
+            if runner.run_script(&script, &path.display().to_string()) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        None => {
+            let history = cli.data_dir.as_ref().map(|d| d.join("history")).or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".weir_history"))
+            });
+            repl::run(&mut session, cli.format, interrupted, history);
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Rendering results: aligned tables for people, CSV and JSON lines for programs. Values are
+//! turned into text by `weir_planner::display`, the same for every front end.
+
+use std::io::Write;
+
+use anyhow::Result;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use weir_planner::display::batch_rows;
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+    Json,
+}
+
+fn rows(batch: &RecordBatch) -> Result<Vec<Vec<Option<String>>>> {
+    Ok(batch_rows(batch)?)
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// Writes results as they arrive, in one format.
+pub struct ResultWriter<W: Write> {
+    out: W,
+    format: Format,
+    schema: SchemaRef,
+    header_written: bool,
+}
+
+impl<W: Write> ResultWriter<W> {
+    pub fn new(out: W, format: Format, schema: SchemaRef) -> Self {
+        Self {
+            out,
+            format,
+            schema,
+            header_written: false,
+        }
+    }
+
+    fn header(&mut self) -> Result<()> {
+        if self.header_written || self.format != Format::Csv {
+            return Ok(());
+        }
+        self.header_written = true;
+        let names: Vec<String> = self.schema.fields().iter().map(|f| csv_field(f.name())).collect();
+        writeln!(self.out, "{}", names.join(","))?;
+        Ok(())
+    }
+
+    /// Writes a batch (CSV and JSON); table output goes through [`render_table`].
+    pub fn write_batch(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.header()?;
+        for row in rows(batch)? {
+            match self.format {
+                Format::Csv => {
+                    let fields: Vec<String> = row.iter().map(|v| v.as_deref().map(csv_field).unwrap_or_default()).collect();
+                    writeln!(self.out, "{}", fields.join(","))?;
+                }
+                Format::Json => {
+                    let mut obj = serde_json::Map::new();
+                    for ((field, value), col) in self.schema.fields().iter().zip(row).zip(batch.columns()) {
+                        let v = match value {
+                            None => serde_json::Value::Null,
+                            Some(s) if col.data_type().is_numeric() => {
+                                serde_json::from_str(&s).unwrap_or(serde_json::Value::String(s))
+                            }
+                            Some(s) if *col.data_type() == DataType::Boolean => serde_json::Value::Bool(s == "true"),
+                            Some(s) => serde_json::Value::String(s),
+                        };
+                        obj.insert(field.name().clone(), v);
+                    }
+                    writeln!(self.out, "{}", serde_json::Value::Object(obj))?;
+                }
+                Format::Table => {}
+            }
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Ends a result: CSV prints its header even when there were no rows.
+    pub fn finish(&mut self) -> Result<()> {
+        self.header()?;
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+/// Renders batches as an aligned text table.
+pub fn render_table(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<String> {
+    let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let mut all: Vec<Vec<String>> = Vec::new();
+    for b in batches {
+        for r in rows(b)? {
+            all.push(r.into_iter().map(|v| v.unwrap_or_else(|| "NULL".into())).collect());
+        }
+    }
+    let mut widths: Vec<usize> = names.iter().map(|n| n.chars().count()).collect();
+    for r in &all {
+        for (w, v) in widths.iter_mut().zip(r) {
+            *w = (*w).max(v.chars().count());
+        }
+    }
+    let line = format!("+{}+", widths.iter().map(|w| "-".repeat(w + 2)).collect::<Vec<_>>().join("+"));
+    let fmt_row = |vals: &[String]| {
+        let cells: Vec<String> = vals
+            .iter()
+            .zip(&widths)
+            .map(|(v, w)| format!(" {v}{} ", " ".repeat(w - v.chars().count())))
+            .collect();
+        format!("|{}|", cells.join("|"))
+    };
+    let mut out = String::new();
+    out.push_str(&line);
+    out.push('\n');
+    out.push_str(&fmt_row(&names));
+    out.push('\n');
+    out.push_str(&line);
+    out.push('\n');
+    for r in &all {
+        out.push_str(&fmt_row(r));
+        out.push('\n');
+    }
+    out.push_str(&line);
+    out.push('\n');
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_fields_are_quoted_when_needed() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("plain"), "plain");
+    }
+}

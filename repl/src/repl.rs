@@ -1,0 +1,102 @@
+//! The interactive REPL: multi-line statements ending with `;`, persistent history, `\q`,
+//! `\?`, `\d [table]`.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use rustyline::error::ReadlineError;
+use rustyline::DefaultEditor;
+use weir_planner::sql::{split_statements, StatementText};
+use weir_planner::Session;
+
+use crate::output::Format;
+use crate::runner::Runner;
+
+const HELP: &str = r#"Statements end with ';' and may span several lines.
+  CREATE TABLE t (col TYPE, ..., WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+      WITH (connector = 'file', path = 'data.csv', format = 'csv');
+  SELECT window_start, window_end, count(*) FROM TUMBLE(t, ts, INTERVAL '10' SECOND)
+      GROUP BY window_start, window_end;
+  SHOW TABLES;  DESCRIBE t;  EXPLAIN SELECT ...;  EXPLAIN ANALYZE SELECT ...;
+  SET parallelism = 4;  SHOW ALL;
+Commands:
+  \d          list tables         \d NAME   describe a table
+  \?          this help           \q        quit
+Ctrl-C cancels a running query; Ctrl-D quits."#;
+
+pub fn run(session: &mut Session, format: Format, interrupted: Arc<AtomicBool>, history: Option<PathBuf>) {
+    let mut editor = match DefaultEditor::new() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: cannot start the line editor: {e}");
+            return;
+        }
+    };
+    if let Some(h) = &history {
+        let _ = editor.load_history(h);
+    }
+    println!("weir {} — streaming SQL. Type \\? for help, \\q to quit.", env!("CARGO_PKG_VERSION"));
+    let mut runner = Runner::new(session, format, interrupted);
+    let mut buffer = String::new();
+    let mut line_no = 1u64;
+    loop {
+        let prompt = if buffer.trim().is_empty() { "weir> " } else { "  -> " };
+        match editor.readline(prompt) {
+            Ok(line) => {
+                let trimmed = line.trim();
+                if buffer.trim().is_empty() && trimmed.starts_with('\\') {
+                    let _ = editor.add_history_entry(trimmed);
+                    let mut parts = trimmed.split_whitespace();
+                    match (parts.next(), parts.next()) {
+                        (Some("\\q"), _) => break,
+                        (Some("\\?"), _) | (Some("\\h"), _) => println!("{HELP}"),
+                        (Some("\\d"), None) => run_one(&mut runner, "SHOW TABLES"),
+                        (Some("\\d"), Some(name)) => run_one(&mut runner, &format!("DESCRIBE {name}")),
+                        (Some(other), _) => eprintln!("unknown command {other}; \\? lists the commands"),
+                        (None, _) => {}
+                    }
+                    continue;
+                }
+                if !buffer.is_empty() {
+                    buffer.push('\n');
+                }
+                buffer.push_str(&line);
+                let (statements, tail) = split_statements(&buffer);
+                if statements.is_empty() {
+                    continue;
+                }
+                let _ = editor.add_history_entry(buffer.trim());
+                for stmt in statements {
+                    if let Err(e) = runner.run_statement(&stmt) {
+                        eprintln!("error: {e:#}");
+                    }
+                }
+                line_no += 1;
+                buffer = tail.map(|t| t.text).unwrap_or_default();
+            }
+            Err(ReadlineError::Interrupted) => {
+                buffer.clear();
+            }
+            Err(ReadlineError::Eof) => break,
+            Err(e) => {
+                eprintln!("error: {e}");
+                break;
+            }
+        }
+    }
+    let _ = line_no;
+    if let Some(h) = &history {
+        let _ = editor.save_history(h);
+    }
+}
+
+fn run_one(runner: &mut Runner, text: &str) {
+    let stmt = StatementText {
+        text: text.to_string(),
+        line: 1,
+    };
+    if let Err(e) = runner.run_statement(&stmt) {
+        eprintln!("error: {e:#}");
+    }
+}

@@ -1,0 +1,141 @@
+//! Runs statements and prints what they return; shared by the script runner and the REPL.
+//!
+//! In csv and json formats stdout carries only results; status lines, counts and warnings go
+//! to stderr.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use crossbeam_channel::RecvTimeoutError;
+use weir_connectors::sinks::SinkEvent;
+use weir_planner::sql::{split_statements, StatementText};
+use weir_planner::{QueryRun, Session, StatementResult};
+
+use crate::output::{render_table, Format, ResultWriter};
+
+/// Ctrl-C while a query runs cancels the query (the REPL itself reads Ctrl-C as a key).
+pub fn install_interrupt_handler() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&flag);
+    if ctrlc::set_handler(move || f.store(true, Ordering::SeqCst)).is_err() {
+        eprintln!("warning: cannot install the Ctrl-C handler");
+    }
+    flag
+}
+
+pub struct Runner<'a> {
+    session: &'a mut Session,
+    format: Format,
+    interrupted: Arc<AtomicBool>,
+}
+
+impl<'a> Runner<'a> {
+    pub fn new(session: &'a mut Session, format: Format, interrupted: Arc<AtomicBool>) -> Self {
+        Self {
+            session,
+            format,
+            interrupted,
+        }
+    }
+
+    /// Prints a status line: stdout for tables, stderr otherwise.
+    fn status(&self, text: &str) {
+        if self.format == Format::Table {
+            println!("{text}");
+        } else {
+            eprintln!("{text}");
+        }
+    }
+
+    /// Runs a whole script; stops at the first failing statement. Returns whether all succeeded.
+    pub fn run_script(&mut self, script: &str, name: &str) -> bool {
+        let (mut statements, tail) = split_statements(script);
+        statements.extend(tail);
+        for stmt in &statements {
+            if let Err(e) = self.run_statement(stmt) {
+                eprintln!("error: {name}:{}: {e:#}", stmt.line);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs one statement and prints its result.
+    pub fn run_statement(&mut self, stmt: &StatementText) -> Result<()> {
+        self.interrupted.store(false, Ordering::SeqCst);
+        match self.session.execute(stmt)? {
+            StatementResult::Command(tag) => self.status(&tag),
+            StatementResult::Rows(schema, batches) => {
+                if self.format == Format::Table {
+                    print!("{}", render_table(&schema, &batches)?);
+                } else {
+                    let mut w = ResultWriter::new(std::io::stdout().lock(), self.format, schema);
+                    for b in &batches {
+                        w.write_batch(b)?;
+                    }
+                    w.finish()?;
+                }
+            }
+            StatementResult::Query(run) => self.stream(run)?,
+        }
+        Ok(())
+    }
+
+    /// Prints a query's rows as its windows close, until it ends or Ctrl-C.
+    fn stream(&mut self, run: QueryRun) -> Result<()> {
+        let QueryRun { schema, events, job, bounded } = run;
+        let mut writer = ResultWriter::new(std::io::stdout().lock(), self.format, schema.clone());
+        let mut table_rows = Vec::new();
+        let mut rows = 0usize;
+        loop {
+            match events.recv_timeout(Duration::from_millis(100)) {
+                Ok(SinkEvent::Batch(b)) => {
+                    rows += b.num_rows();
+                    match self.format {
+                        Format::Table if bounded => table_rows.push(b),
+                        Format::Table => {
+                            let mut out = std::io::stdout().lock();
+                            write!(out, "{}", render_table(&schema, &[b])?)?;
+                            out.flush()?;
+                        }
+                        _ => writer.write_batch(&b)?,
+                    }
+                }
+                Ok(SinkEvent::Watermark(_)) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.interrupted.swap(false, Ordering::SeqCst) {
+                        job.cancel();
+                        drop(events);
+                        let _ = job.wait();
+                        writer.finish()?;
+                        self.status("query cancelled");
+                        return Ok(());
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        if self.format == Format::Table && bounded {
+            print!("{}", render_table(&schema, &table_rows)?);
+        }
+        writer.finish()?;
+        drop(writer);
+        let metrics = job.wait()?;
+        let mut line = format!("({rows} row{})", if rows == 1 { "" } else { "s" });
+        if metrics.late_rows > 0 || metrics.skipped_rows > 0 {
+            line = format!(
+                "({rows} row{}; {} late row{} dropped; {} malformed row{} skipped)",
+                if rows == 1 { "" } else { "s" },
+                metrics.late_rows,
+                if metrics.late_rows == 1 { "" } else { "s" },
+                metrics.skipped_rows,
+                if metrics.skipped_rows == 1 { "" } else { "s" },
+            );
+        }
+        self.status(&line);
+        Ok(())
+    }
+}

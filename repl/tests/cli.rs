@@ -1,0 +1,119 @@
+//! The `weir` binary as a user runs it: scripts, output formats, errors, every example.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+fn weir(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .current_dir(workspace())
+        .output()
+        .expect("run weir")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn every_example_runs() {
+    let mut examples: Vec<PathBuf> = std::fs::read_dir(workspace().join("examples"))
+        .expect("examples dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    examples.sort();
+    assert!(examples.len() >= 3);
+    for example in examples {
+        let out = weir(&["-f", example.to_str().unwrap(), "--format", "csv"]);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}: {}", example.display(), text(&out.stderr));
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert!(lines.len() >= 2, "{}: expected a header and rows, got {stdout}", example.display());
+        assert!(lines[0].starts_with("window_start,window_end"), "{}: {}", example.display(), lines[0]);
+    }
+}
+
+#[test]
+fn csv_output_holds_only_results_and_reports_late_rows_on_stderr() {
+    let out = weir(&["-f", "examples/quickstart.sql", "--format", "csv"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("window_start,window_end,auction,bids,top_price"));
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        assert_eq!(fields.len(), 5, "{line}");
+        // timestamps: YYYY-MM-DD HH:MM:SS, windows aligned to 10 s
+        assert_eq!(fields[0].len(), 19, "{line}");
+        assert!(fields[0].ends_with("0"), "{line}");
+    }
+    assert!(stderr.contains("CREATE TABLE"), "{stderr}");
+    assert!(stderr.contains("3 late rows dropped"), "{stderr}");
+}
+
+#[test]
+fn json_output_is_one_object_per_row() {
+    let out = weir(&["-f", "examples/quickstart.sql", "--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(!stdout.is_empty());
+    for line in stdout.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+        assert!(v["auction"].is_i64(), "{line}");
+        assert!(v["window_start"].is_string(), "{line}");
+    }
+}
+
+#[test]
+fn syntax_error_names_line_and_column_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("bad.sql");
+    std::fs::write(&script, "SELECT 1;\n\nSELECT *\n  FROM WHERE x;\nSELECT 2;\n").unwrap();
+    let out = weir(&["-f", script.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("syntax error at line 4, column 8"), "{stderr}");
+    // stops at the failing statement
+    assert!(!text(&out.stdout).contains("| 2 "), "{}", text(&out.stdout));
+}
+
+#[test]
+fn table_output_shows_rows_and_count() {
+    let out = weir(&["-f", "examples/quickstart.sql"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("| window_start"), "{stdout}");
+    assert!(stdout.contains("late rows dropped"), "{stdout}");
+}
+
+#[test]
+fn data_dir_keeps_the_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let create = dir.path().join("create.sql");
+    let ddl = format!(
+        "CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP) WITH (connector = 'file', path = '{}', header = 'true');",
+        workspace().join("examples/data/bids.csv").display()
+    );
+    std::fs::write(&create, ddl).unwrap();
+    let out = weir(&["-f", create.to_str().unwrap(), "--data-dir", data_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let query = dir.path().join("query.sql");
+    std::fs::write(&query, "SELECT count(*) AS n FROM bids;").unwrap();
+    let out = weir(&["-f", query.to_str().unwrap(), "--data-dir", data_dir.to_str().unwrap(), "--format", "csv"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "n\n600\n");
+}
+
+#[test]
+fn unknown_flag_is_an_error() {
+    let out = weir(&["--bogus"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--bogus"));
+}

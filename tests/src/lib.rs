@@ -1,0 +1,1 @@
+//! weir end-to-end tests live in tests/tests/.

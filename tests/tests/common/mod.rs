@@ -1,0 +1,117 @@
+//! Shared test helpers: an in-process sqllogictest database over a weir session, and helpers
+//! to run SQL and collect rows as text.
+
+#![allow(dead_code)]
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::record_batch::RecordBatch;
+use sqllogictest::{DBOutput, DefaultColumnType};
+use weir_planner::display::batch_rows;
+use weir_planner::sql::{split_statements, StatementText};
+use weir_planner::{PlanError, Session, SessionConfig, StatementResult};
+
+/// A fresh in-memory session at the given parallelism.
+pub fn session(parallelism: usize) -> Session {
+    let (session, warnings) = Session::open(SessionConfig {
+        parallelism,
+        data_dir: None,
+    })
+    .expect("open session");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    session
+}
+
+/// What one statement gave, collected.
+pub enum Collected {
+    Command,
+    Rows(Vec<DataType>, Vec<RecordBatch>),
+}
+
+/// Runs one statement to completion (queries must be bounded).
+pub fn execute(session: &mut Session, sql: &str) -> Result<Collected, PlanError> {
+    let stmt = StatementText {
+        text: sql.to_string(),
+        line: 1,
+    };
+    match session.execute(&stmt)? {
+        StatementResult::Command(_) => Ok(Collected::Command),
+        StatementResult::Rows(schema, batches) => Ok(Collected::Rows(
+            schema.fields().iter().map(|f| f.data_type().clone()).collect(),
+            batches,
+        )),
+        StatementResult::Query(run) => {
+            let types = run.schema.fields().iter().map(|f| f.data_type().clone()).collect();
+            if !run.bounded {
+                run.job.cancel();
+                return Err(PlanError::Invalid("test queries must be bounded".into()));
+            }
+            let (batches, _) = run.collect()?;
+            Ok(Collected::Rows(types, batches))
+        }
+    }
+}
+
+/// Rows as text, NULL as "NULL".
+pub fn text_rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
+    batches
+        .iter()
+        .flat_map(|b| batch_rows(b).expect("format rows"))
+        .map(|r| r.into_iter().map(|v| v.unwrap_or_else(|| "NULL".into())).collect())
+        .collect()
+}
+
+/// Runs a query and returns its rows as text, sorted.
+pub fn query_sorted(session: &mut Session, sql: &str) -> Vec<Vec<String>> {
+    match execute(session, sql).unwrap_or_else(|e| panic!("{sql}: {e}")) {
+        Collected::Rows(_, batches) => {
+            let mut rows = text_rows(&batches);
+            rows.sort();
+            rows
+        }
+        Collected::Command => panic!("{sql}: expected rows"),
+    }
+}
+
+/// sqllogictest database running statements in a weir session.
+pub struct WeirDb {
+    pub session: Session,
+}
+
+impl sqllogictest::DB for WeirDb {
+    type Error = PlanError;
+    type ColumnType = DefaultColumnType;
+
+    fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, PlanError> {
+        let (mut statements, tail) = split_statements(sql);
+        statements.extend(tail);
+        let mut last = DBOutput::StatementComplete(0);
+        for stmt in statements {
+            last = match execute(&mut self.session, &stmt.text)? {
+                Collected::Command => DBOutput::StatementComplete(0),
+                Collected::Rows(types, batches) => DBOutput::Rows {
+                    types: types
+                        .iter()
+                        .map(|t| {
+                            if t.is_integer() {
+                                DefaultColumnType::Integer
+                            } else if t.is_floating() || matches!(t, DataType::Decimal128(..)) {
+                                DefaultColumnType::FloatingPoint
+                            } else {
+                                DefaultColumnType::Text
+                            }
+                        })
+                        .collect(),
+                    rows: text_rows(&batches)
+                        .into_iter()
+                        .map(|r| r.into_iter().map(|v| if v.is_empty() { "(empty)".into() } else { v }).collect())
+                        .collect(),
+                },
+            };
+        }
+        Ok(last)
+    }
+
+    fn engine_name(&self) -> &str {
+        "weir"
+    }
+}

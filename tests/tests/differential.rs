@@ -1,0 +1,251 @@
+//! Differential tests: random rows with disorder and late arrivals, aggregated by weir over
+//! TUMBLE and HOP windows at random batch sizes and parallelism, compared row by row with
+//! DataFusion batch SQL over the same rows. Late rows are removed from the reference by a plain
+//! replay that computes, for each row, the watermark just before it (running maximum of
+//! `ts - bound` over earlier rows); the window arithmetic of the reference is DataFusion's
+//! `date_bin`, independent of weir's.
+
+mod common;
+
+use std::fmt::Write as _;
+
+use chrono::DateTime;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::prelude::{CsvReadOptions, SessionContext};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use common::{execute, session, text_rows, Collected};
+use weir_planner::sql::StatementText;
+use weir_planner::StatementResult;
+
+const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01 00:00:00 UTC
+
+#[derive(Clone)]
+struct Row {
+    id: usize,
+    k: String,
+    v: Option<i64>,
+    ts_ms: i64,
+}
+
+fn ts_text(ms: i64) -> String {
+    let dt = DateTime::from_timestamp_millis(ms).expect("valid time");
+    dt.format("%Y-%m-%d %H:%M:%S%.3f").to_string()
+}
+
+/// Rows in arrival order: mostly increasing time, some out of order within `bound_ms`, a few
+/// far behind it.
+fn generate(rng: &mut StdRng, n: usize, bound_ms: i64) -> Vec<Row> {
+    let keys = rng.gen_range(1..12);
+    let mut t = BASE_MS + rng.gen_range(0..10_000);
+    (0..n)
+        .map(|id| {
+            t += rng.gen_range(0..60);
+            let mut ts = t;
+            let r: f64 = rng.gen();
+            if r < 0.2 {
+                ts -= rng.gen_range(0..bound_ms.max(1));
+            } else if r < 0.25 {
+                ts -= bound_ms + rng.gen_range(0..20_000);
+            }
+            Row {
+                id,
+                k: format!("k{}", rng.gen_range(0..keys)),
+                v: (rng.gen::<f64>() > 0.05).then(|| rng.gen_range(-50..1000)),
+                ts_ms: ts,
+            }
+        })
+        .collect()
+}
+
+/// Writes the rows for weir, and the rows plus each row's prior watermark for the reference.
+fn write_files(dir: &std::path::Path, rows: &[Row], bound_ms: i64) -> (String, String) {
+    let mut data = String::from("id,k,v,ts\n");
+    let mut reference = String::from("id,k,v,ts,wprev\n");
+    let mut running = i64::MIN;
+    for r in rows {
+        let v = r.v.map(|v| v.to_string()).unwrap_or_default();
+        let wprev = if running == i64::MIN {
+            "1900-01-01 00:00:00.000".to_string()
+        } else {
+            ts_text(running)
+        };
+        writeln!(data, "{},{},{},{}", r.id, r.k, v, ts_text(r.ts_ms)).unwrap();
+        writeln!(reference, "{},{},{},{},{}", r.id, r.k, v, ts_text(r.ts_ms), wprev).unwrap();
+        running = running.max(r.ts_ms - bound_ms);
+    }
+    let data_path = dir.join("data.csv");
+    let ref_path = dir.join("ref.csv");
+    std::fs::write(&data_path, data).unwrap();
+    std::fs::write(&ref_path, reference).unwrap();
+    (data_path.display().to_string(), ref_path.display().to_string())
+}
+
+const AGGREGATES: &str = "count(*), count(v), sum(v), min(v), max(v), avg(v), count(DISTINCT v)";
+
+enum Windows {
+    Tumble { size: i64 },
+    Hop { slide: i64, size: i64 },
+}
+
+fn reference_sql(w: &Windows) -> (String, String) {
+    let origin = "TIMESTAMP '1970-01-01 00:00:00'";
+    match *w {
+        Windows::Tumble { size } => {
+            let bin = format!("date_bin(INTERVAL '{size} seconds', ts, {origin})");
+            (
+                format!(
+                    "SELECT window_start, window_end, k, {AGGREGATES} FROM (
+                       SELECT *, {bin} AS window_start, {bin} + INTERVAL '{size} seconds' AS window_end FROM ref)
+                     WHERE window_end > wprev GROUP BY window_start, window_end, k"
+                ),
+                format!("SELECT count(*) FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
+            )
+        }
+        Windows::Hop { slide, size } => {
+            let copies = (size + slide - 1) / slide;
+            let bin = format!("date_bin(INTERVAL '{slide} seconds', ts, {origin})");
+            let expanded: Vec<String> = (0..copies)
+                .map(|i| format!("SELECT *, {bin} - INTERVAL '{} seconds' AS window_start FROM ref", i * slide))
+                .collect();
+            (
+                format!(
+                    "SELECT window_start, window_end, k, {AGGREGATES} FROM (
+                       SELECT *, window_start + INTERVAL '{size} seconds' AS window_end FROM ({}))
+                     WHERE ts < window_end AND window_end > wprev GROUP BY window_start, window_end, k",
+                    expanded.join(" UNION ALL ")
+                ),
+                // late: even the latest window of the row had closed
+                format!("SELECT count(*) FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
+            )
+        }
+    }
+}
+
+fn weir_sql(w: &Windows) -> String {
+    let tvf = match *w {
+        Windows::Tumble { size } => format!("TUMBLE(t, ts, INTERVAL '{size}' SECOND)"),
+        Windows::Hop { slide, size } => format!("HOP(t, ts, INTERVAL '{slide}' SECOND, INTERVAL '{size}' SECOND)"),
+    };
+    format!("SELECT window_start, window_end, k, {AGGREGATES} FROM {tvf} GROUP BY window_start, window_end, k")
+}
+
+fn batch_reference(ref_path: &str, sql: &str) -> Vec<Vec<String>> {
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
+            Field::new("wprev", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
+        ]);
+        ctx.register_csv("ref", ref_path, CsvReadOptions::new().schema(&schema).has_header(true))
+            .await
+            .unwrap();
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let mut rows = text_rows(&batches);
+        rows.sort();
+        rows
+    })
+}
+
+/// Runs the weir query; returns sorted rows and the late-row count.
+fn weir_run(data_path: &str, bound_ms: i64, batch_size: usize, parallelism: usize, sql: &str) -> (Vec<Vec<String>>, u64) {
+    let mut s = session(parallelism);
+    let ddl = format!(
+        "CREATE TABLE t (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+           WATERMARK FOR ts AS ts - INTERVAL '{bound_ms}' MILLISECOND)
+         WITH (connector = 'file', path = '{data_path}', header = 'true', batch_size = '{batch_size}')"
+    );
+    assert!(matches!(execute(&mut s, &ddl).unwrap(), Collected::Command));
+    let stmt = StatementText { text: sql.to_string(), line: 1 };
+    let StatementResult::Query(run) = s.execute(&stmt).unwrap() else {
+        panic!("expected a streaming query")
+    };
+    let (batches, metrics) = run.collect().unwrap();
+    let mut rows = text_rows(&batches);
+    rows.sort();
+    (rows, metrics.late_rows)
+}
+
+fn check(seed: u64, windows: Windows) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let bound_ms = rng.gen_range(0..5_000);
+    let n = rng.gen_range(200..3_000);
+    let rows = generate(&mut rng, n, bound_ms);
+    let dir = tempfile::tempdir().unwrap();
+    let (data, reference) = write_files(dir.path(), &rows, bound_ms);
+    let (ref_sql, late_sql) = reference_sql(&windows);
+    let expected = batch_reference(&reference, &ref_sql);
+    let expected_late: u64 = batch_reference(&reference, &late_sql)[0][0].parse().unwrap();
+    assert!(!expected.is_empty(), "seed {seed}: empty reference");
+    let batch_size = [1, 7, 64, 1000, 8192][rng.gen_range(0..5)];
+    let parallelism = rng.gen_range(1..=4);
+    let (actual, late) = weir_run(&data, bound_ms, batch_size, parallelism, &weir_sql(&windows));
+    assert_eq!(
+        actual, expected,
+        "seed {seed}: batch_size {batch_size}, parallelism {parallelism}, bound {bound_ms} ms"
+    );
+    assert_eq!(late, expected_late, "seed {seed}: late rows");
+}
+
+#[test]
+fn tumble_matches_batch_sql() {
+    for seed in 0..10 {
+        let size = [1, 2, 5, 10][seed as usize % 4];
+        check(seed, Windows::Tumble { size });
+    }
+}
+
+#[test]
+fn hop_matches_batch_sql() {
+    for seed in 100..110 {
+        let (slide, size) = [(1, 3), (2, 10), (3, 7), (5, 5), (4, 10)][seed as usize % 5];
+        check(seed, Windows::Hop { slide, size });
+    }
+}
+
+/// Disorder within the watermark bound gives exactly the result of the sorted input, at any
+/// batch size and parallelism; nothing is late.
+#[test]
+fn disorder_within_bound_equals_sorted_input() {
+    let mut rng = StdRng::seed_from_u64(42);
+    let bound_ms = 3_000;
+    let sorted: Vec<Row> = (0..2_000)
+        .map(|id| Row {
+            id,
+            k: format!("k{}", rng.gen_range(0..5)),
+            v: Some(rng.gen_range(0..100)),
+            ts_ms: BASE_MS + id as i64 * 37,
+        })
+        .collect();
+    // Arrival order: by time plus a jitter below half the bound. A row arriving after row i then
+    // has ts >= ts_i - bound/2, so the watermark before it (max ts - bound) never closes its
+    // windows: nothing is late.
+    let mut shuffled = sorted.clone();
+    let mut keyed: Vec<(i64, Row)> = shuffled
+        .drain(..)
+        .map(|r| (r.ts_ms + rng.gen_range(0..bound_ms / 2), r))
+        .collect();
+    keyed.sort_by_key(|(k, _)| *k);
+    let shuffled: Vec<Row> = keyed.into_iter().map(|(_, r)| r).collect();
+    assert!(shuffled.windows(2).any(|w| w[0].ts_ms > w[1].ts_ms), "input must be out of order");
+    let sql = weir_sql(&Windows::Hop { slide: 2, size: 10 });
+    let dir = tempfile::tempdir().unwrap();
+    let sorted_dir = dir.path().join("sorted");
+    let shuffled_dir = dir.path().join("shuffled");
+    std::fs::create_dir_all(&sorted_dir).unwrap();
+    std::fs::create_dir_all(&shuffled_dir).unwrap();
+    let (sorted_path, _) = write_files(&sorted_dir, &sorted, bound_ms);
+    let (shuffled_path, _) = write_files(&shuffled_dir, &shuffled, bound_ms);
+    let (expected, late) = weir_run(&sorted_path, bound_ms, 8192, 1, &sql);
+    assert_eq!(late, 0);
+    for (batch_size, parallelism) in [(1, 1), (13, 2), (500, 4), (8192, 3)] {
+        let (actual, late) = weir_run(&shuffled_path, bound_ms, batch_size, parallelism, &sql);
+        assert_eq!(late, 0, "batch_size {batch_size}, parallelism {parallelism}");
+        assert_eq!(actual, expected, "batch_size {batch_size}, parallelism {parallelism}");
+    }
+}
