@@ -36,7 +36,11 @@ pub fn create_source(
                     "table {table}: connector 'file' needs a column list"
                 ))
             })?;
-            Ok(Arc::new(file::FileSourceFactory::from_options(table, schema, &mut options)?))
+            Ok(Arc::new(file::FileSourceFactory::from_options(
+                table,
+                schema,
+                &mut options,
+            )?))
         }
         "nexmark" => Ok(Arc::new(nexmark::NexmarkSourceFactory::from_options(
             table,

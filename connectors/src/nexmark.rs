@@ -21,12 +21,22 @@ use datafusion::arrow::record_batch::RecordBatch;
 use nexmark::config::NexmarkConfig;
 use nexmark::event::{Event, EventType};
 use nexmark::EventGenerator;
-use weir_engine::{EngineError, Result as EngineResult, SourceFactory, SourcePoll, SourceReader, TaskInfo};
+use weir_engine::{
+    EngineError, Result as EngineResult, SourceFactory, SourcePoll, SourceReader, TaskInfo,
+};
 
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 
-const OPTIONS: &[&str] = &["connector", "stream", "events", "rate", "event_rate", "base_time", "batch_size"];
+const OPTIONS: &[&str] = &[
+    "connector",
+    "stream",
+    "events",
+    "rate",
+    "event_rate",
+    "base_time",
+    "batch_size",
+];
 /// 2015-07-15 00:00:00 UTC in milliseconds.
 const DEFAULT_BASE_TIME_MS: u64 = 1_436_918_400_000;
 
@@ -126,7 +136,11 @@ fn positive(options: &mut Options, key: &str) -> Result<Option<u64>> {
 }
 
 impl NexmarkSourceFactory {
-    pub fn from_options(table: &str, declared: Option<SchemaRef>, options: &mut Options) -> Result<Self> {
+    pub fn from_options(
+        table: &str,
+        declared: Option<SchemaRef>,
+        options: &mut Options,
+    ) -> Result<Self> {
         let stream_name = options.take("stream").unwrap_or_else(|| table.to_string());
         let stream = Stream::parse(&stream_name).ok_or_else(|| ConnectorError::InvalidOption {
             option: "stream".into(),
@@ -136,7 +150,9 @@ impl NexmarkSourceFactory {
         let events = options.take_parsed::<u64>("events", "a whole number")?;
         let rate = positive(options, "rate")?;
         let event_rate = positive(options, "event_rate")?.unwrap_or(10_000) as usize;
-        let base_time_ms = options.take_parsed::<u64>("base_time", "milliseconds since the epoch")?.unwrap_or(DEFAULT_BASE_TIME_MS);
+        let base_time_ms = options
+            .take_parsed::<u64>("base_time", "milliseconds since the epoch")?
+            .unwrap_or(DEFAULT_BASE_TIME_MS);
         let batch_size = positive(options, "batch_size")?.unwrap_or(8192) as usize;
         options.finish("nexmark", OPTIONS)?;
         let full = stream.schema();
@@ -195,8 +211,13 @@ impl NexmarkSourceFactory {
 
 impl SourceFactory for NexmarkSourceFactory {
     fn describe(&self) -> String {
-        let events = self.events.map_or("unbounded".to_string(), |n| format!("{n} events"));
-        format!("NexmarkSource: {:?} stream, {events} as {}", self.stream, self.table)
+        let events = self
+            .events
+            .map_or("unbounded".to_string(), |n| format!("{n} events"));
+        format!(
+            "NexmarkSource: {:?} stream, {events} as {}",
+            self.stream, self.table
+        )
     }
 
     fn schema(&self) -> SchemaRef {
@@ -232,8 +253,16 @@ impl NexmarkReader {
         let mut taken = 0;
         let columns: Vec<ArrayRef> = match self.spec.stream {
             Stream::Bid => {
-                let (mut auction, mut bidder, mut price) = (Int64Builder::new(), Int64Builder::new(), Int64Builder::new());
-                let (mut channel, mut url, mut extra) = (StringBuilder::new(), StringBuilder::new(), StringBuilder::new());
+                let (mut auction, mut bidder, mut price) = (
+                    Int64Builder::new(),
+                    Int64Builder::new(),
+                    Int64Builder::new(),
+                );
+                let (mut channel, mut url, mut extra) = (
+                    StringBuilder::new(),
+                    StringBuilder::new(),
+                    StringBuilder::new(),
+                );
                 let mut time = TimestampNanosecondBuilder::new();
                 while taken < n && limit.is_none_or(|l| self.generator.global_offset() < l) {
                     if let Some(Event::Bid(b)) = self.generator.next() {
@@ -258,10 +287,22 @@ impl NexmarkReader {
                 ]
             }
             Stream::Auction => {
-                let (mut id, mut initial, mut reserve, mut seller, mut category) =
-                    (Int64Builder::new(), Int64Builder::new(), Int64Builder::new(), Int64Builder::new(), Int64Builder::new());
-                let (mut item, mut desc, mut extra) = (StringBuilder::new(), StringBuilder::new(), StringBuilder::new());
-                let (mut time, mut expires) = (TimestampNanosecondBuilder::new(), TimestampNanosecondBuilder::new());
+                let (mut id, mut initial, mut reserve, mut seller, mut category) = (
+                    Int64Builder::new(),
+                    Int64Builder::new(),
+                    Int64Builder::new(),
+                    Int64Builder::new(),
+                    Int64Builder::new(),
+                );
+                let (mut item, mut desc, mut extra) = (
+                    StringBuilder::new(),
+                    StringBuilder::new(),
+                    StringBuilder::new(),
+                );
+                let (mut time, mut expires) = (
+                    TimestampNanosecondBuilder::new(),
+                    TimestampNanosecondBuilder::new(),
+                );
                 while taken < n && limit.is_none_or(|l| self.generator.global_offset() < l) {
                     if let Some(Event::Auction(a)) = self.generator.next() {
                         id.append_value(a.id as i64);

@@ -43,11 +43,15 @@ impl Options {
     pub fn take_parsed<T: FromStr>(&mut self, key: &str, what: &str) -> Result<Option<T>> {
         match self.take(key) {
             None => Ok(None),
-            Some(v) => v.trim().parse::<T>().map(Some).map_err(|_| ConnectorError::InvalidOption {
-                option: key.to_string(),
-                value: v,
-                reason: format!("expected {what}"),
-            }),
+            Some(v) => v
+                .trim()
+                .parse::<T>()
+                .map(Some)
+                .map_err(|_| ConnectorError::InvalidOption {
+                    option: key.to_string(),
+                    value: v,
+                    reason: format!("expected {what}"),
+                }),
         }
     }
 

@@ -184,7 +184,9 @@ mod tests {
         RecordBatch::try_new(
             schema(),
             vec![
-                Arc::new(Int64Array::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
+                Arc::new(Int64Array::from(
+                    rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                )),
                 Arc::new(TimestampNanosecondArray::from(
                     rows.iter().map(|r| r.1 * S).collect::<Vec<_>>(),
                 )),
@@ -196,8 +198,16 @@ mod tests {
     fn windowed(spec: WindowSpec) -> EventTimeAssigner {
         let mut fields = schema().fields().to_vec();
         let ts = DataType::Timestamp(TimeUnit::Nanosecond, None);
-        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new("window_start", ts.clone(), false)));
-        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new("window_end", ts, false)));
+        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+            "window_start",
+            ts.clone(),
+            false,
+        )));
+        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+            "window_end",
+            ts,
+            false,
+        )));
         EventTimeAssigner::new(EventTimeSpec {
             watermark: Some(Arc::new(Column::new("ts", 1))),
             window: Some(WindowAssignment {
@@ -214,8 +224,17 @@ mod tests {
         // One batch of four rows, or four batches of one: same survivors, same late count.
         let mut whole = windowed(WindowSpec::tumble(10 * S, 0).unwrap());
         let out = whole.assign(batch(&rows)).unwrap();
-        assert_eq!(out.late_rows, 1, "row 3 (t=12) arrives after watermark 25 closed [10,20)");
-        let keys = out.batch.unwrap().column(0).as_primitive::<datafusion::arrow::datatypes::Int64Type>().values().to_vec();
+        assert_eq!(
+            out.late_rows, 1,
+            "row 3 (t=12) arrives after watermark 25 closed [10,20)"
+        );
+        let keys = out
+            .batch
+            .unwrap()
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+            .values()
+            .to_vec();
         assert_eq!(keys, vec![1, 2, 4]);
 
         let mut split = windowed(WindowSpec::tumble(10 * S, 0).unwrap());
@@ -225,7 +244,13 @@ mod tests {
             let out = split.assign(batch(&[r])).unwrap();
             late += out.late_rows;
             if let Some(b) = out.batch {
-                kept.extend(b.column(0).as_primitive::<datafusion::arrow::datatypes::Int64Type>().values().iter().copied());
+                kept.extend(
+                    b.column(0)
+                        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                        .values()
+                        .iter()
+                        .copied(),
+                );
             }
         }
         assert_eq!((late, kept), (1, vec![1, 2, 4]));
@@ -241,7 +266,12 @@ mod tests {
         let b = out.batch.unwrap();
         let starts = timestamps_as_nanos(b.column(2)).unwrap();
         let row2: Vec<i64> = (0..b.num_rows())
-            .filter(|&i| b.column(0).as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(i) == 2)
+            .filter(|&i| {
+                b.column(0)
+                    .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                    .value(i)
+                    == 2
+            })
             .map(|i| starts.value(i) / S)
             .collect();
         assert_eq!(row2, vec![10, 8, 6]);

@@ -112,9 +112,15 @@ impl JobGraph {
     pub fn explain(&self) -> Vec<String> {
         let mut lines = Vec::new();
         for (i, stage) in self.stages.iter().enumerate().rev() {
-            let mut head = format!("Stage {i} \"{}\" parallelism={}", stage.name, stage.parallelism);
+            let mut head = format!(
+                "Stage {i} \"{}\" parallelism={}",
+                stage.name, stage.parallelism
+            );
             for input in &stage.inputs {
-                head.push_str(&format!(" <- stage {} [{}]", input.from, input.partitioning));
+                head.push_str(&format!(
+                    " <- stage {} [{}]",
+                    input.from, input.partitioning
+                ));
             }
             lines.push(head);
             for op in stage.chain.iter().rev() {

@@ -24,7 +24,10 @@ pub mod window;
 
 pub use error::{EngineError, Result};
 pub use event_time::{EventTimeAssigner, EventTimeSpec};
-pub use graph::{JobGraph, OperatorFactory, Partitioning, SourceFactory, SourceStage, Stage, StageInput, TaskInfo};
+pub use graph::{
+    JobGraph, OperatorFactory, Partitioning, SourceFactory, SourceStage, Stage, StageInput,
+    TaskInfo,
+};
 pub use message::{Barrier, BarrierKind, Message, WATERMARK_MAX, WATERMARK_MIN};
 pub use metrics::{JobMetrics, MetricsSnapshot};
 pub use operator::{Operator, Output};

@@ -78,8 +78,16 @@ mod tests {
             delete_ranges: vec![(vec![2], vec![3])],
         })
         .unwrap();
-        let keys: Vec<_> = s.scan(&[0], &[9]).unwrap().into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, vec![vec![1, b'a'], vec![1, b'b'], vec![3, b'a'], vec![3, b'b']]);
+        let keys: Vec<_> = s
+            .scan(&[0], &[9])
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(
+            keys,
+            vec![vec![1, b'a'], vec![1, b'b'], vec![3, b'a'], vec![3, b'b']]
+        );
         assert_eq!(s.get(&[3, b'b']).unwrap(), Some(vec![30]));
     }
 }

@@ -124,7 +124,10 @@ mod tests {
     #[test]
     fn hop_assigns_every_overlapping_window() {
         let w = WindowSpec::hop(2 * S, 10 * S, 0).unwrap();
-        assert_eq!(windows(w, 11 * S, i64::MIN), vec![2 * S, 4 * S, 6 * S, 8 * S, 10 * S]);
+        assert_eq!(
+            windows(w, 11 * S, i64::MIN),
+            vec![2 * S, 4 * S, 6 * S, 8 * S, 10 * S]
+        );
         // size not a multiple of slide
         let w = WindowSpec::hop(3 * S, 7 * S, 0).unwrap();
         // windows containing t=7: starts 3 (3..10), 6 (6..13); 0..7 excludes 7.

@@ -48,8 +48,12 @@ impl Catalog {
         let Some(dir) = data_dir else {
             return Ok((Self::default(), Vec::new()));
         };
-        std::fs::create_dir_all(dir)
-            .map_err(|e| PlanError::io(format!("cannot create data directory '{}'", dir.display()), e))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            PlanError::io(
+                format!("cannot create data directory '{}'", dir.display()),
+                e,
+            )
+        })?;
         let file = dir.join("catalog.sql");
         let ddl = match std::fs::read_to_string(&file) {
             Ok(text) => crate::sql::split_statements(&text)
@@ -58,7 +62,12 @@ impl Catalog {
                 .map(|s| s.text)
                 .collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(PlanError::io(format!("cannot read '{}'", file.display()), e)),
+            Err(e) => {
+                return Err(PlanError::io(
+                    format!("cannot read '{}'", file.display()),
+                    e,
+                ))
+            }
         };
         Ok((
             Self {
@@ -91,7 +100,9 @@ impl Catalog {
     }
 
     fn save(&self) -> Result<()> {
-        let Some(file) = &self.file else { return Ok(()) };
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
         let mut text = String::new();
         for t in self.tables.values() {
             text.push_str(&t.ddl);

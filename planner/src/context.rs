@@ -96,7 +96,9 @@ impl ContextProvider for PlanningContext<'_> {
                 schema: Arc::clone(&def.schema),
                 kind: ScanKind::Table(def.name.clone()),
             })),
-            None => Err(DataFusionError::Plan(format!("table '{name}' does not exist"))),
+            None => Err(DataFusionError::Plan(format!(
+                "table '{name}' does not exist"
+            ))),
         }
     }
 
@@ -133,7 +135,11 @@ impl ContextProvider for PlanningContext<'_> {
     }
 
     fn higher_order_function_names(&self) -> Vec<String> {
-        self.state.higher_order_functions().keys().cloned().collect()
+        self.state
+            .higher_order_functions()
+            .keys()
+            .cloned()
+            .collect()
     }
 
     fn udaf_names(&self) -> Vec<String> {

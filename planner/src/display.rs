@@ -41,7 +41,11 @@ pub fn column_strings(array: &ArrayRef) -> Result<Vec<Option<String>>, ArrowErro
 
 /// The rows of a batch as text (`None` for NULL).
 pub fn batch_rows(batch: &RecordBatch) -> Result<Vec<Vec<Option<String>>>, ArrowError> {
-    let cols = batch.columns().iter().map(column_strings).collect::<Result<Vec<_>, _>>()?;
+    let cols = batch
+        .columns()
+        .iter()
+        .map(column_strings)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok((0..batch.num_rows())
         .map(|r| cols.iter().map(|c| c[r].clone()).collect())
         .collect())
@@ -54,7 +58,10 @@ mod tests {
     #[test]
     fn timestamps_print_fraction_only_when_not_zero() {
         assert_eq!(format_timestamp(0), "1970-01-01 00:00:00");
-        assert_eq!(format_timestamp(1_500_000_000), "1970-01-01 00:00:01.500000");
+        assert_eq!(
+            format_timestamp(1_500_000_000),
+            "1970-01-01 00:00:01.500000"
+        );
         assert_eq!(format_timestamp(-1), "1969-12-31 23:59:59.999999");
     }
 }

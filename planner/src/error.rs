@@ -25,7 +25,7 @@ pub enum PlanError {
     Invalid(String),
     #[error(transparent)]
     Connector(#[from] ConnectorError),
-    #[error("{0}")]
+    #[error("{}", datafusion_message(.0))]
     DataFusion(#[from] DataFusionError),
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -37,6 +37,20 @@ pub enum PlanError {
     },
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// DataFusion's message for the innermost error, without its category prefix ("Error during
+/// planning: ") and the context wrappers that repeat it.
+fn datafusion_message(e: &DataFusionError) -> String {
+    let root = e.find_root();
+    let text = match root {
+        DataFusionError::Plan(m)
+        | DataFusionError::Execution(m)
+        | DataFusionError::NotImplemented(m) => m.clone(),
+        DataFusionError::SchemaError(inner, _) => inner.to_string(),
+        other => other.strip_backtrace(),
+    };
+    text.trim().to_string()
 }
 
 impl PlanError {

@@ -15,7 +15,8 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::planner::{ParserOptions, SqlToRel};
 use datafusion::sql::sqlparser::ast::{
-    CreateTable, CreateTableOptions, Expr as SqlExpr, ObjectName, ObjectType, SqlOption, Statement, Value,
+    CreateTable, CreateTableOptions, Expr as SqlExpr, ObjectName, ObjectType, SqlOption, Statement,
+    Value,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
@@ -93,10 +94,17 @@ pub struct Session {
 
 fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> StatementResult {
     let schema = Arc::new(Schema::new(
-        columns.iter().map(|c| Field::new(*c, DataType::Utf8, true)).collect::<Vec<_>>(),
+        columns
+            .iter()
+            .map(|c| Field::new(*c, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
     ));
     let arrays: Vec<ArrayRef> = (0..columns.len())
-        .map(|i| Arc::new(StringArray::from(rows.iter().map(|r| r[i].clone()).collect::<Vec<_>>())) as ArrayRef)
+        .map(|i| {
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r[i].clone()).collect::<Vec<_>>(),
+            )) as ArrayRef
+        })
         .collect();
     match RecordBatch::try_new(Arc::clone(&schema), arrays) {
         Ok(b) => StatementResult::Rows(schema, vec![b]),
@@ -164,7 +172,10 @@ impl Session {
             return Ok(result);
         }
         let parsed = parse_statement(&stmt.text, stmt.line)?;
-        let ParsedStatement { statement, watermark } = parsed;
+        let ParsedStatement {
+            statement,
+            watermark,
+        } = parsed;
         if watermark.is_some() && !matches!(statement, Statement::CreateTable(_)) {
             return Err(invalid!("WATERMARK FOR belongs in CREATE TABLE"));
         }
@@ -185,7 +196,9 @@ impl Session {
                 Ok(StatementResult::Command("DROP TABLE".into()))
             }
             Statement::ExplainTable { table_name, .. } => self.describe(&object_name(&table_name)?),
-            Statement::Explain { statement, analyze, .. } => match *statement {
+            Statement::Explain {
+                statement, analyze, ..
+            } => match *statement {
                 Statement::Query(_) => self.explain(*statement, analyze),
                 other => Err(not_supported!("EXPLAIN of {}", statement_kind(&other))),
             },
@@ -210,10 +223,17 @@ impl Session {
             })
             .collect();
         let upper: Vec<String> = words.iter().map(|w| w.to_ascii_uppercase()).collect();
-        match upper.iter().map(|s| s.as_str()).collect::<Vec<_>>().as_slice() {
+        match upper
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
             ["SHOW", "TABLES"] => Ok(Some(self.show_tables())),
             ["SHOW", "ALL"] => Ok(Some(self.show_settings(None)?)),
-            ["SHOW", _] if upper[1] != "CREATE" => Ok(Some(self.show_settings(Some(&words[1].to_ascii_lowercase()))?)),
+            ["SHOW", _] if upper[1] != "CREATE" => Ok(Some(
+                self.show_settings(Some(&words[1].to_ascii_lowercase()))?,
+            )),
             ["SET", _, "=" | "TO", ..] => {
                 let value = words[3..].join(" ");
                 self.set(&words[1].to_ascii_lowercase(), &value)?;
@@ -240,13 +260,19 @@ impl Session {
                     .parse()
                     .ok()
                     .filter(|n| *n > 0)
-                    .ok_or_else(|| invalid!("parallelism must be a positive whole number, got '{value}'"))?;
+                    .ok_or_else(|| {
+                        invalid!("parallelism must be a positive whole number, got '{value}'")
+                    })?;
                 self.config.parallelism = n;
                 Ok(())
             }
             other => Err(invalid!(
                 "unknown setting '{other}' (settings: {})",
-                self.settings().iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
+                self.settings()
+                    .iter()
+                    .map(|s| s.0)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )),
         }
     }
@@ -287,7 +313,10 @@ impl Session {
     }
 
     fn describe(&self, name: &str) -> Result<StatementResult> {
-        let def = self.catalog.get(name).ok_or_else(|| PlanError::UnknownTable(name.to_string()))?;
+        let def = self
+            .catalog
+            .get(name)
+            .ok_or_else(|| PlanError::UnknownTable(name.to_string()))?;
         let rows = def
             .schema
             .fields()
@@ -305,14 +334,22 @@ impl Session {
                 ]
             })
             .collect();
-        Ok(text_rows(&["column_name", "data_type", "is_nullable", "watermark"], rows))
+        Ok(text_rows(
+            &["column_name", "data_type", "is_nullable", "watermark"],
+            rows,
+        ))
     }
 
     fn parser_options(&self) -> ParserOptions {
         ParserOptions::new().with_map_string_types_to_utf8view(false)
     }
 
-    fn create_table(&mut self, ct: CreateTable, watermark: Option<WatermarkClause>, text: &str) -> Result<StatementResult> {
+    fn create_table(
+        &mut self,
+        ct: CreateTable,
+        watermark: Option<WatermarkClause>,
+        text: &str,
+    ) -> Result<StatementResult> {
         let name = object_name(&ct.name)?;
         if self.catalog.get(&name).is_some() {
             if ct.if_not_exists {
@@ -333,15 +370,25 @@ impl Session {
             Some(Arc::new(planner.build_schema(ct.columns.clone())?))
         };
         let options = match &ct.table_options {
-            CreateTableOptions::With(o) | CreateTableOptions::Options(o) | CreateTableOptions::Plain(o) => o.clone(),
+            CreateTableOptions::With(o)
+            | CreateTableOptions::Options(o)
+            | CreateTableOptions::Plain(o) => o.clone(),
             CreateTableOptions::None => Vec::new(),
-            CreateTableOptions::TableProperties(_) => return Err(not_supported!("TBLPROPERTIES; use WITH (...)")),
+            CreateTableOptions::TableProperties(_) => {
+                return Err(not_supported!("TBLPROPERTIES; use WITH (...)"))
+            }
         };
         let mut pairs = Vec::new();
         for o in &options {
             match o {
-                SqlOption::KeyValue { key, value } => pairs.push((key.value.clone(), option_value(value))),
-                other => return Err(invalid!("table {name}: expected option = 'value', got {other}")),
+                SqlOption::KeyValue { key, value } => {
+                    pairs.push((key.value.clone(), option_value(value)))
+                }
+                other => {
+                    return Err(invalid!(
+                        "table {name}: expected option = 'value', got {other}"
+                    ))
+                }
             }
         }
         let options = Options::new(pairs);
@@ -367,8 +414,13 @@ impl Session {
                     ));
                 }
                 let df_schema = DFSchema::try_from_qualified_schema(name.as_str(), &schema)?;
-                let expr = self.state.create_logical_expr(&w.expr.to_string(), &df_schema)?;
-                let ty = datafusion::logical_expr::ExprSchemable::to_field(&expr, &df_schema)?.1.data_type().clone();
+                let expr = self
+                    .state
+                    .create_logical_expr(&w.expr.to_string(), &df_schema)?;
+                let ty = datafusion::logical_expr::ExprSchemable::to_field(&expr, &df_schema)?
+                    .1
+                    .data_type()
+                    .clone();
                 if !matches!(ty, DataType::Timestamp(..)) {
                     return Err(invalid!(
                         "table {name}: the watermark expression {} must be a TIMESTAMP, it is {ty}",
@@ -416,8 +468,12 @@ impl Session {
         let name = self.next_job_name();
         let (tx, rx) = crossbeam_channel::bounded(64);
         let schema = Arc::new(plan.schema().as_arrow().clone());
-        let graph = StreamPlanner::new(&self.catalog, self.state.execution_props(), self.config.parallelism)
-            .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
+        let graph = StreamPlanner::new(
+            &self.catalog,
+            self.state.execution_props(),
+            self.config.parallelism,
+        )
+        .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
         let bounded = graph.is_bounded();
         let job = spawn_job(graph, JobConfig::default())?;
         Ok(StatementResult::Query(QueryRun {
@@ -438,26 +494,45 @@ impl Session {
         }
         let ctx = SessionContext::new_with_state(self.state.clone());
         let schema = Arc::new(plan.schema().as_arrow().clone());
-        let rt = self.runtime.as_ref().ok_or_else(|| PlanError::Internal("no runtime".into()))?;
-        let batches = rt.block_on(async move { ctx.execute_logical_plan(plan).await?.collect().await })?;
+        let rt = self
+            .runtime
+            .as_ref()
+            .ok_or_else(|| PlanError::Internal("no runtime".into()))?;
+        let batches =
+            rt.block_on(async move { ctx.execute_logical_plan(plan).await?.collect().await })?;
         Ok(StatementResult::Rows(schema, batches))
     }
 
     fn explain(&mut self, statement: Statement, analyze: bool) -> Result<StatementResult> {
         let plan = self.logical_plan(statement.clone())?;
         if !reads_tables(&plan) {
-            return Ok(text_rows(&["plan"], vec![vec![format!("constant query, run by DataFusion:\n{}", plan.display_indent())]]));
+            return Ok(text_rows(
+                &["plan"],
+                vec![vec![format!(
+                    "constant query, run by DataFusion:\n{}",
+                    plan.display_indent()
+                )]],
+            ));
         }
         let (tx, rx) = crossbeam_channel::bounded(64);
         let name = self.next_job_name();
-        let graph = StreamPlanner::new(&self.catalog, self.state.execution_props(), self.config.parallelism)
-            .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
+        let graph = StreamPlanner::new(
+            &self.catalog,
+            self.state.execution_props(),
+            self.config.parallelism,
+        )
+        .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
         let mut lines = graph.explain();
         if !analyze {
-            return Ok(text_rows(&["plan"], lines.into_iter().map(|l| vec![l]).collect()));
+            return Ok(text_rows(
+                &["plan"],
+                lines.into_iter().map(|l| vec![l]).collect(),
+            ));
         }
         if !graph.is_bounded() {
-            return Err(invalid!("EXPLAIN ANALYZE runs the query to its end, so it needs bounded sources"));
+            return Err(invalid!(
+                "EXPLAIN ANALYZE runs the query to its end, so it needs bounded sources"
+            ));
         }
         let started = Instant::now();
         let job = spawn_job(graph, JobConfig::default())?;
@@ -470,9 +545,19 @@ impl Session {
         let (_, m) = run.collect()?;
         let secs = started.elapsed().as_secs_f64();
         lines.push(String::new());
-        lines.push(format!("rows in: {}, rows out: {}, late rows dropped: {}, malformed rows skipped: {}", m.rows_in, m.rows_out, m.late_rows, m.skipped_rows));
-        lines.push(format!("elapsed: {:.3} s ({:.0} rows/s)", secs, m.rows_in as f64 / secs.max(1e-9)));
-        Ok(text_rows(&["plan"], lines.into_iter().map(|l| vec![l]).collect()))
+        lines.push(format!(
+            "rows in: {}, rows out: {}, late rows dropped: {}, malformed rows skipped: {}",
+            m.rows_in, m.rows_out, m.late_rows, m.skipped_rows
+        ));
+        lines.push(format!(
+            "elapsed: {:.3} s ({:.0} rows/s)",
+            secs,
+            m.rows_in as f64 / secs.max(1e-9)
+        ));
+        Ok(text_rows(
+            &["plan"],
+            lines.into_iter().map(|l| vec![l]).collect(),
+        ))
     }
 }
 

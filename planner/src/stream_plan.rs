@@ -16,17 +16,21 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::DFSchemaRef;
 use datafusion::execution::context::ExecutionProps;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{Expr, LogicalPlan, SortExpr};
 use datafusion::physical_expr::aggregate::LoweredAggregateBuilder;
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::{create_physical_expr, create_physical_sort_exprs, PhysicalExpr};
 use weir_engine::event_time::WindowAssignment;
-use weir_engine::operators::{CalcOperator, GroupColumn, LimitSpec, SortSpec, WindowAggregateSpec, WindowColumn};
-use weir_engine::{EventTimeSpec, JobGraph, OperatorFactory, Partitioning, SourceStage, Stage, StageInput};
+use weir_engine::operators::{
+    CalcOperator, GroupColumn, LimitSpec, SortSpec, WindowAggregateSpec, WindowColumn,
+};
+use weir_engine::{
+    EventTimeSpec, JobGraph, OperatorFactory, Partitioning, SourceStage, Stage, StageInput,
+};
 
 use crate::catalog::Catalog;
 use crate::context::{ScanKind, StreamTableSource};
@@ -61,7 +65,11 @@ fn arrow_schema(schema: &DFSchemaRef) -> SchemaRef {
 }
 
 fn exprs_text(exprs: &[Expr]) -> String {
-    exprs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
+    exprs
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl<'a> StreamPlanner<'a> {
@@ -75,7 +83,12 @@ impl<'a> StreamPlanner<'a> {
     }
 
     /// Plans `plan` with `sink` consuming its results in a single instance.
-    pub fn plan_job(mut self, name: &str, plan: &LogicalPlan, sink: Arc<dyn OperatorFactory>) -> Result<JobGraph> {
+    pub fn plan_job(
+        mut self,
+        name: &str,
+        plan: &LogicalPlan,
+        sink: Arc<dyn OperatorFactory>,
+    ) -> Result<JobGraph> {
         let stream = self.plan(plan)?;
         let stream = self.single(stream, "result");
         self.stages[stream.stage].chain.push(sink);
@@ -86,7 +99,12 @@ impl<'a> StreamPlanner<'a> {
     }
 
     fn physical(&self, e: &Expr, schema: &DFSchemaRef) -> Result<Arc<dyn PhysicalExpr>> {
-        Ok(create_physical_expr(e, schema, self.props, &PhysicalPlanningContext::default())?)
+        Ok(create_physical_expr(
+            e,
+            schema,
+            self.props,
+            &PhysicalPlanningContext::default(),
+        )?)
     }
 
     fn push(&mut self, stream: &Stream, op: Arc<dyn OperatorFactory>) {
@@ -121,23 +139,40 @@ impl<'a> StreamPlanner<'a> {
                     .source
                     .as_ref()
                     .downcast_ref::<StreamTableSource>()
-                    .ok_or_else(|| PlanError::Internal(format!("scan of unknown table {}", scan.table_name)))?;
+                    .ok_or_else(|| {
+                        PlanError::Internal(format!("scan of unknown table {}", scan.table_name))
+                    })?;
                 if !scan.filters.is_empty() {
-                    return Err(PlanError::Internal("filter pushed into a stream scan".into()));
+                    return Err(PlanError::Internal(
+                        "filter pushed into a stream scan".into(),
+                    ));
                 }
                 let stream = self.plan_source(source, scan.table_name.to_string())?;
-                let full = DFSchemaRef::new(datafusion::common::DFSchema::try_from_qualified_schema(
-                    scan.table_name.clone(),
-                    &source.schema,
-                )?);
-                let stream = Stream { schema: full, ..stream };
+                let full =
+                    DFSchemaRef::new(datafusion::common::DFSchema::try_from_qualified_schema(
+                        scan.table_name.clone(),
+                        &source.schema,
+                    )?);
+                let stream = Stream {
+                    schema: full,
+                    ..stream
+                };
                 let stream = match &scan.projection {
-                    Some(cols) if cols.len() != source.schema.fields().len() || cols.iter().enumerate().any(|(i, &c)| i != c) => {
+                    Some(cols)
+                        if cols.len() != source.schema.fields().len()
+                            || cols.iter().enumerate().any(|(i, &c)| i != c) =>
+                    {
                         let exprs: Vec<Arc<dyn PhysicalExpr>> = cols
                             .iter()
-                            .map(|&i| Arc::new(PhysicalColumn::new(source.schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
+                            .map(|&i| {
+                                Arc::new(PhysicalColumn::new(source.schema.field(i).name(), i))
+                                    as Arc<dyn PhysicalExpr>
+                            })
                             .collect();
-                        let names: Vec<&str> = cols.iter().map(|&i| source.schema.field(i).name().as_str()).collect();
+                        let names: Vec<&str> = cols
+                            .iter()
+                            .map(|&i| source.schema.field(i).name().as_str())
+                            .collect();
                         let calc = CalcOperator::new(
                             None,
                             Some(exprs),
@@ -172,11 +207,20 @@ impl<'a> StreamPlanner<'a> {
                     .expr
                     .iter()
                     .map(|e| match e.clone().unalias() {
-                        Expr::Column(c) => input.schema.index_of_column(&c).ok().and_then(|i| input.windows[i]),
+                        Expr::Column(c) => input
+                            .schema
+                            .index_of_column(&c)
+                            .ok()
+                            .and_then(|i| input.windows[i]),
                         _ => None,
                     })
                     .collect();
-                let calc = CalcOperator::new(None, Some(exprs), arrow_schema(&p.schema), format!("Project: {}", exprs_text(&p.expr)));
+                let calc = CalcOperator::new(
+                    None,
+                    Some(exprs),
+                    arrow_schema(&p.schema),
+                    format!("Project: {}", exprs_text(&p.expr)),
+                );
                 self.push(&input, Arc::new(calc));
                 Ok(Stream {
                     schema: p.schema.clone(),
@@ -187,7 +231,12 @@ impl<'a> StreamPlanner<'a> {
             LogicalPlan::Filter(f) => {
                 let input = self.plan(&f.input)?;
                 let predicate = self.physical(&f.predicate, &input.schema)?;
-                let calc = CalcOperator::new(Some(predicate), None, arrow_schema(&input.schema), format!("Filter: {}", f.predicate));
+                let calc = CalcOperator::new(
+                    Some(predicate),
+                    None,
+                    arrow_schema(&input.schema),
+                    format!("Filter: {}", f.predicate),
+                );
                 self.push(&input, Arc::new(calc));
                 Ok(input)
             }
@@ -214,8 +263,14 @@ impl<'a> StreamPlanner<'a> {
                     fetch: sort.fetch,
                     description: format!(
                         "Sort: {}{}",
-                        sort.expr.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", "),
-                        sort.fetch.map(|f| format!(", fetch={f}")).unwrap_or_default()
+                        sort.expr
+                            .iter()
+                            .map(|e| e.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        sort.fetch
+                            .map(|f| format!(", fetch={f}"))
+                            .unwrap_or_default()
                     ),
                 };
                 self.push(&input, Arc::new(spec));
@@ -233,19 +288,32 @@ impl<'a> StreamPlanner<'a> {
                 };
                 self.limit(input, skip, fetch)
             }
-            LogicalPlan::Join(_) => Err(not_supported!("JOIN (window joins are planned for a later version)")),
+            LogicalPlan::Join(_) => Err(not_supported!(
+                "JOIN (window joins are planned for a later version)"
+            )),
             LogicalPlan::Union(_) => Err(not_supported!("UNION")),
-            LogicalPlan::Window(_) => Err(not_supported!("OVER (...) window functions; use TUMBLE or HOP with GROUP BY")),
+            LogicalPlan::Window(_) => Err(not_supported!(
+                "OVER (...) window functions; use TUMBLE or HOP with GROUP BY"
+            )),
             LogicalPlan::Distinct(_) => Err(not_supported!("this form of DISTINCT")),
-            LogicalPlan::Values(_) | LogicalPlan::EmptyRelation(_) => {
-                Err(PlanError::Internal("a query without a table reached the stream planner".into()))
-            }
+            LogicalPlan::Values(_) | LogicalPlan::EmptyRelation(_) => Err(PlanError::Internal(
+                "a query without a table reached the stream planner".into(),
+            )),
             other => Err(not_supported!("{} in a streaming query", other.display())),
         }
     }
 
-    fn sort_exprs(&self, exprs: &[SortExpr], schema: &DFSchemaRef) -> Result<Vec<datafusion::physical_expr::PhysicalSortExpr>> {
-        let ordering = create_physical_sort_exprs(exprs, schema, self.props, &PhysicalPlanningContext::default())?;
+    fn sort_exprs(
+        &self,
+        exprs: &[SortExpr],
+        schema: &DFSchemaRef,
+    ) -> Result<Vec<datafusion::physical_expr::PhysicalSortExpr>> {
+        let ordering = create_physical_sort_exprs(
+            exprs,
+            schema,
+            self.props,
+            &PhysicalPlanningContext::default(),
+        )?;
         Ok(ordering)
     }
 
@@ -261,11 +329,13 @@ impl<'a> StreamPlanner<'a> {
             ScanKind::Table(t) => (t.clone(), None),
             ScanKind::Window(w) => (w.table.clone(), Some(w.clone())),
         };
-        let def = self.catalog.get(&table).ok_or_else(|| PlanError::UnknownTable(table.clone()))?;
-        let table_schema = DFSchemaRef::new(datafusion::common::DFSchema::try_from_qualified_schema(
-            table.as_str(),
-            &def.schema,
-        )?);
+        let def = self
+            .catalog
+            .get(&table)
+            .ok_or_else(|| PlanError::UnknownTable(table.clone()))?;
+        let table_schema = DFSchemaRef::new(
+            datafusion::common::DFSchema::try_from_qualified_schema(table.as_str(), &def.schema)?,
+        );
         let mut text = Vec::new();
         let watermark = match &def.watermark {
             Some(w) => {
@@ -313,7 +383,11 @@ impl<'a> StreamPlanner<'a> {
 
     fn plan_aggregate(&mut self, agg: &datafusion::logical_expr::Aggregate) -> Result<Stream> {
         let input = self.plan(&agg.input)?;
-        if agg.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
+        if agg
+            .group_expr
+            .iter()
+            .any(|e| matches!(e, Expr::GroupingSet(_)))
+        {
             return Err(not_supported!("GROUPING SETS, CUBE and ROLLUP"));
         }
         let input_arrow = arrow_schema(&input.schema);
@@ -324,7 +398,11 @@ impl<'a> StreamPlanner<'a> {
         let mut out_windows = Vec::new();
         for e in &agg.group_expr {
             let lineage = match e.clone().unalias() {
-                Expr::Column(c) => input.schema.index_of_column(&c).ok().and_then(|i| input.windows[i].map(|w| (i, w))),
+                Expr::Column(c) => input
+                    .schema
+                    .index_of_column(&c)
+                    .ok()
+                    .and_then(|i| input.windows[i].map(|w| (i, w))),
                 _ => None,
             };
             match lineage {
@@ -357,7 +435,9 @@ impl<'a> StreamPlanner<'a> {
         let mut aggregates = Vec::new();
         let mut filters = Vec::new();
         for e in &agg.aggr_expr {
-            let lowered = LoweredAggregateBuilder::new(e, &input.schema, &input_arrow, self.props, &planning).build()?;
+            let lowered =
+                LoweredAggregateBuilder::new(e, &input.schema, &input_arrow, self.props, &planning)
+                    .build()?;
             if !lowered.order_bys.is_empty() {
                 return Err(not_supported!("ORDER BY inside an aggregate ({e})"));
             }
@@ -389,11 +469,18 @@ impl<'a> StreamPlanner<'a> {
         let route: Vec<Arc<dyn PhysicalExpr>> = match (keys.is_empty(), window) {
             (false, _) => keys,
             (true, Some(WindowColumn::Start { column, .. } | WindowColumn::End { column, .. })) => {
-                vec![Arc::new(PhysicalColumn::new(input_arrow.field(column).name(), column))]
+                vec![Arc::new(PhysicalColumn::new(
+                    input_arrow.field(column).name(),
+                    column,
+                ))]
             }
             (true, None) => vec![],
         };
-        let parallelism = if route.is_empty() { 1 } else { self.parallelism };
+        let parallelism = if route.is_empty() {
+            1
+        } else {
+            self.parallelism
+        };
         let stage = if parallelism == 1 && self.stages[input.stage].parallelism == 1 {
             input.stage
         } else {
@@ -415,7 +502,11 @@ impl<'a> StreamPlanner<'a> {
         };
         self.stages[stage].chain.push(Arc::new(spec));
         if out_windows.len() != agg.schema.fields().len() {
-            return Err(invalid!("aggregate output has {} columns, expected {}", agg.schema.fields().len(), out_windows.len()));
+            return Err(invalid!(
+                "aggregate output has {} columns, expected {}",
+                agg.schema.fields().len(),
+                out_windows.len()
+            ));
         }
         Ok(Stream {
             stage,
@@ -433,7 +524,11 @@ pub fn reads_tables(plan: &LogicalPlan) -> bool {
         if matches!(node, LogicalPlan::TableScan(_)) {
             found = true;
         }
-        Ok(if found { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
     });
     found
 }

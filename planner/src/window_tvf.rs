@@ -18,8 +18,8 @@ use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::create_physical_expr;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
-    Expr as SqlExpr, FunctionArg, FunctionArgExpr, Ident, ObjectName, Statement, TableAlias, TableFactor, VisitMut,
-    VisitorMut,
+    Expr as SqlExpr, FunctionArg, FunctionArgExpr, Ident, ObjectName, Statement, TableAlias,
+    TableFactor, VisitMut, VisitorMut,
 };
 use weir_engine::WindowSpec;
 
@@ -63,14 +63,19 @@ fn interval_nanos(state: &SessionState, expr: &SqlExpr, what: &str, call: &str) 
         _ => None,
     };
     nanos.ok_or_else(|| {
-        invalid!("{call}: the {what} must be a fixed INTERVAL such as INTERVAL '10' SECOND, got {expr}")
+        invalid!(
+            "{call}: the {what} must be a fixed INTERVAL such as INTERVAL '10' SECOND, got {expr}"
+        )
     })
 }
 
 fn arg_expr(arg: &FunctionArg) -> Option<&SqlExpr> {
     match arg {
         FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
-        FunctionArg::Named { arg: FunctionArgExpr::Expr(e), .. } => Some(e),
+        FunctionArg::Named {
+            arg: FunctionArgExpr::Expr(e),
+            ..
+        } => Some(e),
         _ => None,
     }
 }
@@ -98,10 +103,17 @@ struct Rewriter<'a> {
 }
 
 impl Rewriter<'_> {
-    fn window_table(&self, function: &str, args: &[FunctionArg], text: &str) -> Result<(String, Arc<StreamTableSource>)> {
+    fn window_table(
+        &self,
+        function: &str,
+        args: &[FunctionArg],
+        text: &str,
+    ) -> Result<(String, Arc<StreamTableSource>)> {
         let exprs: Vec<&SqlExpr> = args
             .iter()
-            .map(|a| arg_expr(a).ok_or_else(|| invalid!("{function}: unexpected argument {a} in {text}")))
+            .map(|a| {
+                arg_expr(a).ok_or_else(|| invalid!("{function}: unexpected argument {a} in {text}"))
+            })
             .collect::<Result<_>>()?;
         let usage = match function {
             "TUMBLE" => "TUMBLE(table, time_column, size [, offset])",
@@ -111,12 +123,26 @@ impl Rewriter<'_> {
         if exprs.len() < min || exprs.len() > max {
             return Err(invalid!("{function} takes {usage}, got {text}"));
         }
-        let table = ident_arg(exprs[0]).ok_or_else(|| invalid!("{function}: the first argument must be a table name, got {}", exprs[0]))?;
-        let def = self.catalog.get(&table).ok_or_else(|| PlanError::UnknownTable(table.clone()))?;
-        let column = ident_arg(exprs[1]).ok_or_else(|| invalid!("{function}: the second argument must be a column of {table}, got {}", exprs[1]))?;
-        let (time_column, field) = def.schema.column_with_name(&column).ok_or_else(|| {
-            invalid!("{function}: table {table} has no column '{column}'")
+        let table = ident_arg(exprs[0]).ok_or_else(|| {
+            invalid!(
+                "{function}: the first argument must be a table name, got {}",
+                exprs[0]
+            )
         })?;
+        let def = self
+            .catalog
+            .get(&table)
+            .ok_or_else(|| PlanError::UnknownTable(table.clone()))?;
+        let column = ident_arg(exprs[1]).ok_or_else(|| {
+            invalid!(
+                "{function}: the second argument must be a column of {table}, got {}",
+                exprs[1]
+            )
+        })?;
+        let (time_column, field) = def
+            .schema
+            .column_with_name(&column)
+            .ok_or_else(|| invalid!("{function}: table {table} has no column '{column}'"))?;
         if !matches!(field.data_type(), DataType::Timestamp(..)) {
             return Err(invalid!(
                 "{function}: the time column {table}.{column} must be a TIMESTAMP, it is {}",
@@ -132,12 +158,23 @@ impl Rewriter<'_> {
             WindowSpec::hop(n(2, "slide")?, n(3, "size")?, offset)
         }
         .map_err(|e| invalid!("{e}"))?;
-        let mut fields: Vec<Field> = def.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut fields: Vec<Field> = def
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
         for name in ["window_start", "window_end"] {
             if def.schema.column_with_name(name).is_some() {
-                return Err(invalid!("{function}: table {table} already has a column named {name}"));
+                return Err(invalid!(
+                    "{function}: table {table} already has a column named {name}"
+                ));
             }
-            fields.push(Field::new(name, DataType::Timestamp(TimeUnit::Nanosecond, None), false));
+            fields.push(Field::new(
+                name,
+                DataType::Timestamp(TimeUnit::Nanosecond, None),
+                false,
+            ));
         }
         let source = StreamTableSource {
             schema: Arc::new(Schema::new(fields)),
@@ -156,14 +193,29 @@ impl VisitorMut for Rewriter<'_> {
     type Break = PlanError;
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<PlanError> {
-        let TableFactor::Table { name, alias, args: Some(args), .. } = factor else {
+        let TableFactor::Table {
+            name,
+            alias,
+            args: Some(args),
+            ..
+        } = factor
+        else {
             return ControlFlow::Continue(());
         };
         let function = name.to_string().to_ascii_uppercase();
-        let text = format!("{name}({})", args.args.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "));
+        let text = format!(
+            "{name}({})",
+            args.args
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let result = match function.as_str() {
             "TUMBLE" | "HOP" => self.window_table(&function, &args.args, &text),
-            "SESSION" | "CUMULATE" => Err(not_supported!("{function} windows (TUMBLE and HOP are supported)")),
+            "SESSION" | "CUMULATE" => Err(not_supported!(
+                "{function} windows (TUMBLE and HOP are supported)"
+            )),
             _ => Err(not_supported!("table function {name}")),
         };
         match result {

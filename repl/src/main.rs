@@ -71,9 +71,13 @@ fn main() -> ExitCode {
             }
         }
         None => {
-            let history = cli.data_dir.as_ref().map(|d| d.join("history")).or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".weir_history"))
-            });
+            let history = cli
+                .data_dir
+                .as_ref()
+                .map(|d| d.join("history"))
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".weir_history"))
+                });
             repl::run(&mut session, cli.format, interrupted, history);
             ExitCode::SUCCESS
         }

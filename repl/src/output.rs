@@ -51,7 +51,12 @@ impl<W: Write> ResultWriter<W> {
             return Ok(());
         }
         self.header_written = true;
-        let names: Vec<String> = self.schema.fields().iter().map(|f| csv_field(f.name())).collect();
+        let names: Vec<String> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| csv_field(f.name()))
+            .collect();
         writeln!(self.out, "{}", names.join(","))?;
         Ok(())
     }
@@ -62,18 +67,25 @@ impl<W: Write> ResultWriter<W> {
         for row in rows(batch)? {
             match self.format {
                 Format::Csv => {
-                    let fields: Vec<String> = row.iter().map(|v| v.as_deref().map(csv_field).unwrap_or_default()).collect();
+                    let fields: Vec<String> = row
+                        .iter()
+                        .map(|v| v.as_deref().map(csv_field).unwrap_or_default())
+                        .collect();
                     writeln!(self.out, "{}", fields.join(","))?;
                 }
                 Format::Json => {
                     let mut obj = serde_json::Map::new();
-                    for ((field, value), col) in self.schema.fields().iter().zip(row).zip(batch.columns()) {
+                    for ((field, value), col) in
+                        self.schema.fields().iter().zip(row).zip(batch.columns())
+                    {
                         let v = match value {
                             None => serde_json::Value::Null,
                             Some(s) if col.data_type().is_numeric() => {
                                 serde_json::from_str(&s).unwrap_or(serde_json::Value::String(s))
                             }
-                            Some(s) if *col.data_type() == DataType::Boolean => serde_json::Value::Bool(s == "true"),
+                            Some(s) if *col.data_type() == DataType::Boolean => {
+                                serde_json::Value::Bool(s == "true")
+                            }
                             Some(s) => serde_json::Value::String(s),
                         };
                         obj.insert(field.name().clone(), v);
@@ -101,7 +113,11 @@ pub fn render_table(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Strin
     let mut all: Vec<Vec<String>> = Vec::new();
     for b in batches {
         for r in rows(b)? {
-            all.push(r.into_iter().map(|v| v.unwrap_or_else(|| "NULL".into())).collect());
+            all.push(
+                r.into_iter()
+                    .map(|v| v.unwrap_or_else(|| "NULL".into()))
+                    .collect(),
+            );
         }
     }
     let mut widths: Vec<usize> = names.iter().map(|n| n.chars().count()).collect();
@@ -110,7 +126,14 @@ pub fn render_table(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Strin
             *w = (*w).max(v.chars().count());
         }
     }
-    let line = format!("+{}+", widths.iter().map(|w| "-".repeat(w + 2)).collect::<Vec<_>>().join("+"));
+    let line = format!(
+        "+{}+",
+        widths
+            .iter()
+            .map(|w| "-".repeat(w + 2))
+            .collect::<Vec<_>>()
+            .join("+")
+    );
     let fmt_row = |vals: &[String]| {
         let cells: Vec<String> = vals
             .iter()

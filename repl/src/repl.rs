@@ -25,7 +25,12 @@ Commands:
   \?          this help           \q        quit
 Ctrl-C cancels a running query; Ctrl-D quits."#;
 
-pub fn run(session: &mut Session, format: Format, interrupted: Arc<AtomicBool>, history: Option<PathBuf>) {
+pub fn run(
+    session: &mut Session,
+    format: Format,
+    interrupted: Arc<AtomicBool>,
+    history: Option<PathBuf>,
+) {
     let mut editor = match DefaultEditor::new() {
         Ok(e) => e,
         Err(e) => {
@@ -36,12 +41,19 @@ pub fn run(session: &mut Session, format: Format, interrupted: Arc<AtomicBool>, 
     if let Some(h) = &history {
         let _ = editor.load_history(h);
     }
-    println!("weir {} — streaming SQL. Type \\? for help, \\q to quit.", env!("CARGO_PKG_VERSION"));
+    println!(
+        "weir {} — streaming SQL. Type \\? for help, \\q to quit.",
+        env!("CARGO_PKG_VERSION")
+    );
     let mut runner = Runner::new(session, format, interrupted);
     let mut buffer = String::new();
     let mut line_no = 1u64;
     loop {
-        let prompt = if buffer.trim().is_empty() { "weir> " } else { "  -> " };
+        let prompt = if buffer.trim().is_empty() {
+            "weir> "
+        } else {
+            "  -> "
+        };
         match editor.readline(prompt) {
             Ok(line) => {
                 let trimmed = line.trim();
@@ -52,8 +64,12 @@ pub fn run(session: &mut Session, format: Format, interrupted: Arc<AtomicBool>, 
                         (Some("\\q"), _) => break,
                         (Some("\\?"), _) | (Some("\\h"), _) => println!("{HELP}"),
                         (Some("\\d"), None) => run_one(&mut runner, "SHOW TABLES"),
-                        (Some("\\d"), Some(name)) => run_one(&mut runner, &format!("DESCRIBE {name}")),
-                        (Some(other), _) => eprintln!("unknown command {other}; \\? lists the commands"),
+                        (Some("\\d"), Some(name)) => {
+                            run_one(&mut runner, &format!("DESCRIBE {name}"))
+                        }
+                        (Some(other), _) => {
+                            eprintln!("unknown command {other}; \\? lists the commands")
+                        }
                         (None, _) => {}
                     }
                     continue;

@@ -86,7 +86,12 @@ impl<'a> Runner<'a> {
 
     /// Prints a query's rows as its windows close, until it ends or Ctrl-C.
     fn stream(&mut self, run: QueryRun) -> Result<()> {
-        let QueryRun { schema, events, job, bounded } = run;
+        let QueryRun {
+            schema,
+            events,
+            job,
+            bounded,
+        } = run;
         let mut writer = ResultWriter::new(std::io::stdout().lock(), self.format, schema.clone());
         let mut table_rows = Vec::new();
         let mut rows = 0usize;

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 fn weir(args: &[&str]) -> Output {
@@ -31,10 +34,24 @@ fn every_example_runs() {
     for example in examples {
         let out = weir(&["-f", example.to_str().unwrap(), "--format", "csv"]);
         let stdout = text(&out.stdout);
-        assert!(out.status.success(), "{}: {}", example.display(), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            example.display(),
+            text(&out.stderr)
+        );
         let lines: Vec<&str> = stdout.lines().collect();
-        assert!(lines.len() >= 2, "{}: expected a header and rows, got {stdout}", example.display());
-        assert!(lines[0].starts_with("window_start,window_end"), "{}: {}", example.display(), lines[0]);
+        assert!(
+            lines.len() >= 2,
+            "{}: expected a header and rows, got {stdout}",
+            example.display()
+        );
+        assert!(
+            lines[0].starts_with("window_start,window_end"),
+            "{}: {}",
+            example.display(),
+            lines[0]
+        );
     }
 }
 
@@ -45,7 +62,10 @@ fn csv_output_holds_only_results_and_reports_late_rows_on_stderr() {
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
     let mut lines = stdout.lines();
-    assert_eq!(lines.next(), Some("window_start,window_end,auction,bids,top_price"));
+    assert_eq!(
+        lines.next(),
+        Some("window_start,window_end,auction,bids,top_price")
+    );
     for line in lines {
         let fields: Vec<&str> = line.split(',').collect();
         assert_eq!(fields.len(), 5, "{line}");
@@ -74,11 +94,18 @@ fn json_output_is_one_object_per_row() {
 fn syntax_error_names_line_and_column_and_fails() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("bad.sql");
-    std::fs::write(&script, "SELECT 1;\n\nSELECT *\n  FROM WHERE x;\nSELECT 2;\n").unwrap();
+    std::fs::write(
+        &script,
+        "SELECT 1;\n\nSELECT *\n  FROM t WHERE ) x;\nSELECT 2;\n",
+    )
+    .unwrap();
     let out = weir(&["-f", script.to_str().unwrap()]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("syntax error at line 4, column 8"), "{stderr}");
+    assert!(
+        stderr.contains("syntax error at line 4, column 16"),
+        "{stderr}"
+    );
     // stops at the failing statement
     assert!(!text(&out.stdout).contains("| 2 "), "{}", text(&out.stdout));
 }
@@ -102,11 +129,23 @@ fn data_dir_keeps_the_catalog() {
         workspace().join("examples/data/bids.csv").display()
     );
     std::fs::write(&create, ddl).unwrap();
-    let out = weir(&["-f", create.to_str().unwrap(), "--data-dir", data_dir.to_str().unwrap()]);
+    let out = weir(&[
+        "-f",
+        create.to_str().unwrap(),
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let query = dir.path().join("query.sql");
     std::fs::write(&query, "SELECT count(*) AS n FROM bids;").unwrap();
-    let out = weir(&["-f", query.to_str().unwrap(), "--data-dir", data_dir.to_str().unwrap(), "--format", "csv"]);
+    let out = weir(&[
+        "-f",
+        query.to_str().unwrap(),
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "n\n600\n");
 }

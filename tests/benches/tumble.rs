@@ -16,7 +16,10 @@ use weir_planner::sql::StatementText;
 use weir_planner::{Session, SessionConfig, StatementResult};
 
 fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -40,7 +43,8 @@ fn write_bids(path: &std::path::Path, rows: usize) {
         let jitter = (next() % 2000) as i64;
         let ms = base + i - jitter;
         let secs = ms.div_euclid(1000);
-        let dt = chrono::DateTime::from_timestamp(secs, (ms.rem_euclid(1000) * 1_000_000) as u32).unwrap();
+        let dt = chrono::DateTime::from_timestamp(secs, (ms.rem_euclid(1000) * 1_000_000) as u32)
+            .unwrap();
         writeln!(
             f,
             "{},{},{},{}",
@@ -54,18 +58,35 @@ fn write_bids(path: &std::path::Path, rows: usize) {
 }
 
 fn run_weir(parallelism: usize, ddl: &str, query: &str) -> (f64, u64, usize) {
-    let (mut session, _) = Session::open(SessionConfig { parallelism, data_dir: None }).unwrap();
-    let stmt = |t: &str| StatementText { text: t.to_string(), line: 1 };
+    let (mut session, _) = Session::open(SessionConfig {
+        parallelism,
+        data_dir: None,
+    })
+    .unwrap();
+    let stmt = |t: &str| StatementText {
+        text: t.to_string(),
+        line: 1,
+    };
     session.execute(&stmt(ddl)).unwrap();
     let started = Instant::now();
-    let StatementResult::Query(run) = session.execute(&stmt(query)).unwrap() else { panic!() };
+    let StatementResult::Query(run) = session.execute(&stmt(query)).unwrap() else {
+        panic!()
+    };
     let (batches, metrics) = run.collect().unwrap();
     let secs = started.elapsed().as_secs_f64();
-    (secs, metrics.rows_in, batches.iter().map(|b| b.num_rows()).sum())
+    (
+        secs,
+        metrics.rows_in,
+        batches.iter().map(|b| b.num_rows()).sum(),
+    )
 }
 
 fn run_datafusion(path: &str) -> (f64, usize) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let ctx = SessionContext::new();
         let schema = Schema::new(vec![
@@ -94,7 +115,9 @@ fn main() {
     let path = dir.path().join("bids.csv");
     write_bids(&path, rows);
     let path_s = path.display().to_string();
-    println!("TUMBLE 10 s, COUNT(*) and MAX(price) by auction; {rows} rows; median of {runs} runs\n");
+    println!(
+        "TUMBLE 10 s, COUNT(*) and MAX(price) by auction; {rows} rows; median of {runs} runs\n"
+    );
 
     let ddl = format!(
         "CREATE TABLE bids (auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP,
@@ -118,8 +141,17 @@ fn main() {
         }
     }
     let df = median(df_times);
-    println!("{:<38} {:>12} {:>14} {:>10}", "engine", "seconds", "events/s", "vs batch");
-    println!("{:<38} {:>12.3} {:>14.0} {:>10}", "DataFusion batch (2 threads)", df, rows as f64 / df, "1.00x");
+    println!(
+        "{:<38} {:>12} {:>14} {:>10}",
+        "engine", "seconds", "events/s", "vs batch"
+    );
+    println!(
+        "{:<38} {:>12.3} {:>14.0} {:>10}",
+        "DataFusion batch (2 threads)",
+        df,
+        rows as f64 / df,
+        "1.00x"
+    );
     for (i, p) in [1, 2].iter().enumerate() {
         let t = median(weir_times[i].clone());
         println!(
@@ -130,7 +162,10 @@ fn main() {
             df / t
         );
     }
-    println!("\nresult groups: DataFusion {}, weir p1 {}, p2 {} (weir drops late rows)", groups.0, groups.1[0], groups.1[1]);
+    println!(
+        "\nresult groups: DataFusion {}, weir p1 {}, p2 {} (weir drops late rows)",
+        groups.0, groups.1[0], groups.1[1]
+    );
 
     let events = env_usize("WEIR_BENCH_NEXMARK_EVENTS", 2_000_000);
     let nddl = format!(
@@ -143,7 +178,11 @@ fn main() {
     let scan = "SELECT count(*) FROM bid";
     println!("\nNexmark generator, {events} events; median of {runs} runs");
     println!("{:<38} {:>12} {:>14}", "query", "seconds", "events/s");
-    for (name, q, p) in [("generator only: count(*)", scan, 1), ("TUMBLE by auction, parallelism 1", nquery, 1), ("TUMBLE by auction, parallelism 2", nquery, 2)] {
+    for (name, q, p) in [
+        ("generator only: count(*)", scan, 1),
+        ("TUMBLE by auction, parallelism 1", nquery, 1),
+        ("TUMBLE by auction, parallelism 2", nquery, 2),
+    ] {
         let mut times = Vec::new();
         for _ in 0..runs {
             let (t, _, _) = run_weir(p, &nddl, q);

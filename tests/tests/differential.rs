@@ -72,14 +72,26 @@ fn write_files(dir: &std::path::Path, rows: &[Row], bound_ms: i64) -> (String, S
             ts_text(running)
         };
         writeln!(data, "{},{},{},{}", r.id, r.k, v, ts_text(r.ts_ms)).unwrap();
-        writeln!(reference, "{},{},{},{},{}", r.id, r.k, v, ts_text(r.ts_ms), wprev).unwrap();
+        writeln!(
+            reference,
+            "{},{},{},{},{}",
+            r.id,
+            r.k,
+            v,
+            ts_text(r.ts_ms),
+            wprev
+        )
+        .unwrap();
         running = running.max(r.ts_ms - bound_ms);
     }
     let data_path = dir.join("data.csv");
     let ref_path = dir.join("ref.csv");
     std::fs::write(&data_path, data).unwrap();
     std::fs::write(&ref_path, reference).unwrap();
-    (data_path.display().to_string(), ref_path.display().to_string())
+    (
+        data_path.display().to_string(),
+        ref_path.display().to_string(),
+    )
 }
 
 const AGGREGATES: &str = "count(*), count(v), sum(v), min(v), max(v), avg(v), count(DISTINCT v)";
@@ -107,7 +119,12 @@ fn reference_sql(w: &Windows) -> (String, String) {
             let copies = (size + slide - 1) / slide;
             let bin = format!("date_bin(INTERVAL '{slide} seconds', ts, {origin})");
             let expanded: Vec<String> = (0..copies)
-                .map(|i| format!("SELECT *, {bin} - INTERVAL '{} seconds' AS window_start FROM ref", i * slide))
+                .map(|i| {
+                    format!(
+                        "SELECT *, {bin} - INTERVAL '{} seconds' AS window_start FROM ref",
+                        i * slide
+                    )
+                })
                 .collect();
             (
                 format!(
@@ -126,13 +143,17 @@ fn reference_sql(w: &Windows) -> (String, String) {
 fn weir_sql(w: &Windows) -> String {
     let tvf = match *w {
         Windows::Tumble { size } => format!("TUMBLE(t, ts, INTERVAL '{size}' SECOND)"),
-        Windows::Hop { slide, size } => format!("HOP(t, ts, INTERVAL '{slide}' SECOND, INTERVAL '{size}' SECOND)"),
+        Windows::Hop { slide, size } => {
+            format!("HOP(t, ts, INTERVAL '{slide}' SECOND, INTERVAL '{size}' SECOND)")
+        }
     };
     format!("SELECT window_start, window_end, k, {AGGREGATES} FROM {tvf} GROUP BY window_start, window_end, k")
 }
 
 fn batch_reference(ref_path: &str, sql: &str) -> Vec<Vec<String>> {
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let ctx = SessionContext::new();
         let schema = Schema::new(vec![
@@ -140,11 +161,19 @@ fn batch_reference(ref_path: &str, sql: &str) -> Vec<Vec<String>> {
             Field::new("k", DataType::Utf8, false),
             Field::new("v", DataType::Int64, true),
             Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
-            Field::new("wprev", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
+            Field::new(
+                "wprev",
+                DataType::Timestamp(TimeUnit::Nanosecond, None),
+                false,
+            ),
         ]);
-        ctx.register_csv("ref", ref_path, CsvReadOptions::new().schema(&schema).has_header(true))
-            .await
-            .unwrap();
+        ctx.register_csv(
+            "ref",
+            ref_path,
+            CsvReadOptions::new().schema(&schema).has_header(true),
+        )
+        .await
+        .unwrap();
         let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
         let mut rows = text_rows(&batches);
         rows.sort();
@@ -153,7 +182,13 @@ fn batch_reference(ref_path: &str, sql: &str) -> Vec<Vec<String>> {
 }
 
 /// Runs the weir query; returns sorted rows and the late-row count.
-fn weir_run(data_path: &str, bound_ms: i64, batch_size: usize, parallelism: usize, sql: &str) -> (Vec<Vec<String>>, u64) {
+fn weir_run(
+    data_path: &str,
+    bound_ms: i64,
+    batch_size: usize,
+    parallelism: usize,
+    sql: &str,
+) -> (Vec<Vec<String>>, u64) {
     let mut s = session(parallelism);
     let ddl = format!(
         "CREATE TABLE t (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
@@ -161,7 +196,10 @@ fn weir_run(data_path: &str, bound_ms: i64, batch_size: usize, parallelism: usiz
          WITH (connector = 'file', path = '{data_path}', header = 'true', batch_size = '{batch_size}')"
     );
     assert!(matches!(execute(&mut s, &ddl).unwrap(), Collected::Command));
-    let stmt = StatementText { text: sql.to_string(), line: 1 };
+    let stmt = StatementText {
+        text: sql.to_string(),
+        line: 1,
+    };
     let StatementResult::Query(run) = s.execute(&stmt).unwrap() else {
         panic!("expected a streaming query")
     };
@@ -180,11 +218,19 @@ fn check(seed: u64, windows: Windows) {
     let (data, reference) = write_files(dir.path(), &rows, bound_ms);
     let (ref_sql, late_sql) = reference_sql(&windows);
     let expected = batch_reference(&reference, &ref_sql);
-    let expected_late: u64 = batch_reference(&reference, &late_sql)[0][0].parse().unwrap();
+    let expected_late: u64 = batch_reference(&reference, &late_sql)[0][0]
+        .parse()
+        .unwrap();
     assert!(!expected.is_empty(), "seed {seed}: empty reference");
     let batch_size = [1, 7, 64, 1000, 8192][rng.gen_range(0..5)];
     let parallelism = rng.gen_range(1..=4);
-    let (actual, late) = weir_run(&data, bound_ms, batch_size, parallelism, &weir_sql(&windows));
+    let (actual, late) = weir_run(
+        &data,
+        bound_ms,
+        batch_size,
+        parallelism,
+        &weir_sql(&windows),
+    );
     assert_eq!(
         actual, expected,
         "seed {seed}: batch_size {batch_size}, parallelism {parallelism}, bound {bound_ms} ms"
@@ -232,7 +278,10 @@ fn disorder_within_bound_equals_sorted_input() {
         .collect();
     keyed.sort_by_key(|(k, _)| *k);
     let shuffled: Vec<Row> = keyed.into_iter().map(|(_, r)| r).collect();
-    assert!(shuffled.windows(2).any(|w| w[0].ts_ms > w[1].ts_ms), "input must be out of order");
+    assert!(
+        shuffled.windows(2).any(|w| w[0].ts_ms > w[1].ts_ms),
+        "input must be out of order"
+    );
     let sql = weir_sql(&Windows::Hop { slide: 2, size: 10 });
     let dir = tempfile::tempdir().unwrap();
     let sorted_dir = dir.path().join("sorted");
@@ -245,7 +294,13 @@ fn disorder_within_bound_equals_sorted_input() {
     assert_eq!(late, 0);
     for (batch_size, parallelism) in [(1, 1), (13, 2), (500, 4), (8192, 3)] {
         let (actual, late) = weir_run(&shuffled_path, bound_ms, batch_size, parallelism, &sql);
-        assert_eq!(late, 0, "batch_size {batch_size}, parallelism {parallelism}");
-        assert_eq!(actual, expected, "batch_size {batch_size}, parallelism {parallelism}");
+        assert_eq!(
+            late, 0,
+            "batch_size {batch_size}, parallelism {parallelism}"
+        );
+        assert_eq!(
+            actual, expected,
+            "batch_size {batch_size}, parallelism {parallelism}"
+        );
     }
 }

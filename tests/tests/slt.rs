@@ -30,7 +30,11 @@ fn run_all(parallelism: usize) {
             failures.push(format!("{}: {e}", file.display()));
         }
     }
-    assert!(failures.is_empty(), "parallelism {parallelism}:\n{}", failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "parallelism {parallelism}:\n{}",
+        failures.join("\n\n")
+    );
 }
 
 #[test]

@@ -23,7 +23,12 @@ impl FileFormat {
     }
 
     /// Decodes whole records (each ending with a newline) into one batch.
-    pub fn decode(&self, schema: &SchemaRef, data: &[u8], rows: usize) -> Result<RecordBatch, ArrowError> {
+    pub fn decode(
+        &self,
+        schema: &SchemaRef,
+        data: &[u8],
+        rows: usize,
+    ) -> Result<RecordBatch, ArrowError> {
         let batch_size = rows.max(1);
         let batch = match self {
             FileFormat::Csv { delimiter, .. } => {

@@ -15,14 +15,24 @@ use std::path::PathBuf;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_engine::{EngineError, Result as EngineResult, SourceFactory, SourcePoll, SourceReader, TaskInfo};
+use weir_engine::{
+    EngineError, Result as EngineResult, SourceFactory, SourcePoll, SourceReader, TaskInfo,
+};
 
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 pub use format::FileFormat;
 pub use records::{FilePosition, RecordReader};
 
-const OPTIONS: &[&str] = &["connector", "path", "format", "header", "delimiter", "bad_rows", "batch_size"];
+const OPTIONS: &[&str] = &[
+    "connector",
+    "path",
+    "format",
+    "header",
+    "delimiter",
+    "bad_rows",
+    "batch_size",
+];
 
 /// What to do with a row that cannot be parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +80,12 @@ impl FileSourceFactory {
             "json" | "jsonl" | "ndjson" => {
                 if header.is_some() || delimiter.is_some() {
                     return Err(ConnectorError::InvalidOption {
-                        option: if header.is_some() { "header" } else { "delimiter" }.into(),
+                        option: if header.is_some() {
+                            "header"
+                        } else {
+                            "delimiter"
+                        }
+                        .into(),
                         value: "...".into(),
                         reason: "only for format 'csv'".into(),
                     });
@@ -96,7 +111,9 @@ impl FileSourceFactory {
                 })
             }
         };
-        let batch_size = options.take_parsed::<usize>("batch_size", "a positive number")?.unwrap_or(8192);
+        let batch_size = options
+            .take_parsed::<usize>("batch_size", "a positive number")?
+            .unwrap_or(8192);
         if batch_size == 0 {
             return Err(ConnectorError::InvalidOption {
                 option: "batch_size".into(),
@@ -121,7 +138,8 @@ impl FileSourceFactory {
         let records = RecordReader::open(&self.path, position, quote_aware)?;
         Ok(FileReader {
             spec: self.clone(),
-            skip_header: position.offset == 0 && matches!(self.format, FileFormat::Csv { header: true, .. }),
+            skip_header: position.offset == 0
+                && matches!(self.format, FileFormat::Csv { header: true, .. }),
             records,
             skipped: 0,
         })
@@ -130,7 +148,12 @@ impl FileSourceFactory {
 
 impl SourceFactory for FileSourceFactory {
     fn describe(&self) -> String {
-        format!("FileSource: {} ({}) as {}", self.path.display(), self.format.name(), self.table)
+        format!(
+            "FileSource: {} ({}) as {}",
+            self.path.display(),
+            self.format.name(),
+            self.table
+        )
     }
 
     fn schema(&self) -> SchemaRef {
@@ -164,7 +187,11 @@ impl FileReader {
     fn decode_slowly(&mut self, recs: &records::Records) -> EngineResult<RecordBatch> {
         let mut good = Vec::new();
         for i in 0..recs.len() {
-            match self.spec.format.decode(&self.spec.schema, recs.record(i), 1) {
+            match self
+                .spec
+                .format
+                .decode(&self.spec.schema, recs.record(i), 1)
+            {
                 Ok(b) => good.push(b),
                 Err(e) => {
                     let (_, _, line) = recs.spans[i];
@@ -206,7 +233,11 @@ impl SourceReader for FileReader {
             if recs.is_empty() {
                 continue;
             }
-            let batch = match self.spec.format.decode(&self.spec.schema, &recs.data, recs.len()) {
+            let batch = match self
+                .spec
+                .format
+                .decode(&self.spec.schema, &recs.data, recs.len())
+            {
                 Ok(b) => b,
                 Err(_) => self.decode_slowly(&recs)?,
             };

@@ -184,7 +184,12 @@ mod tests {
 
     fn lines(r: &Records) -> Vec<(String, u64)> {
         (0..r.len())
-            .map(|i| (String::from_utf8(r.record(i).to_vec()).unwrap(), r.spans[i].2))
+            .map(|i| {
+                (
+                    String::from_utf8(r.record(i).to_vec()).unwrap(),
+                    r.spans[i].2,
+                )
+            })
             .collect()
     }
 
@@ -193,7 +198,10 @@ mod tests {
         let f = file("a,1\nb,2\n\nc,3\nd,4");
         let mut r = RecordReader::open(f.path(), FilePosition::START, true).unwrap();
         let first = r.next_records(2).unwrap().unwrap();
-        assert_eq!(lines(&first), vec![("a,1\n".into(), 1), ("b,2\n".into(), 2)]);
+        assert_eq!(
+            lines(&first),
+            vec![("a,1\n".into(), 1), ("b,2\n".into(), 2)]
+        );
         let pos = r.position();
         assert_eq!(pos, FilePosition { offset: 8, line: 3 });
         let rest = r.next_records(10).unwrap().unwrap();
@@ -210,6 +218,9 @@ mod tests {
         let f = file("1,\"two\nlines\"\n2,x\n");
         let mut r = RecordReader::open(f.path(), FilePosition::START, true).unwrap();
         let recs = r.next_records(10).unwrap().unwrap();
-        assert_eq!(lines(&recs), vec![("1,\"two\nlines\"\n".into(), 1), ("2,x\n".into(), 3)]);
+        assert_eq!(
+            lines(&recs),
+            vec![("1,\"two\nlines\"\n".into(), 1), ("2,x\n".into(), 3)]
+        );
     }
 }

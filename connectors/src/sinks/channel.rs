@@ -63,7 +63,12 @@ impl Operator for ChannelSinkOperator {
         "ResultSink"
     }
 
-    fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Output) -> Result<()> {
+    fn process_batch(
+        &mut self,
+        batch: RecordBatch,
+        _input: usize,
+        _out: &mut Output,
+    ) -> Result<()> {
         self.metrics.add_rows_out(batch.num_rows() as u64);
         self.send(SinkEvent::Batch(batch))
     }

@@ -9,4 +9,6 @@ pub mod window_aggregate;
 pub use calc::CalcOperator;
 pub use limit::LimitSpec;
 pub use sort::SortSpec;
-pub use window_aggregate::{GroupColumn, WindowAggregateOperator, WindowAggregateSpec, WindowColumn};
+pub use window_aggregate::{
+    GroupColumn, WindowAggregateOperator, WindowAggregateSpec, WindowColumn,
+};

@@ -49,13 +49,21 @@ impl Operator for SortOperator {
         "Sort"
     }
 
-    fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Output) -> Result<()> {
+    fn process_batch(
+        &mut self,
+        batch: RecordBatch,
+        _input: usize,
+        _out: &mut Output,
+    ) -> Result<()> {
         self.rows.push(batch);
         Ok(())
     }
 
     fn finish(&mut self, out: &mut Output) -> Result<()> {
-        let all = concat_batches(&Arc::clone(&self.spec.schema), &std::mem::take(&mut self.rows))?;
+        let all = concat_batches(
+            &Arc::clone(&self.spec.schema),
+            &std::mem::take(&mut self.rows),
+        )?;
         if all.num_rows() == 0 {
             return Ok(());
         }

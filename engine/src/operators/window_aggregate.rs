@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 use ahash::AHashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, TimestampNanosecondArray, UInt32Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, TimestampNanosecondArray, UInt32Array,
+};
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -81,12 +83,21 @@ impl OperatorFactory for WindowAggregateSpec {
             .keys
             .iter()
             .enumerate()
-            .map(|(i, k)| Ok(Field::new(format!("k{i}"), k.data_type(&self.input_schema)?, true)))
+            .map(|(i, k)| {
+                Ok(Field::new(
+                    format!("k{i}"),
+                    k.data_type(&self.input_schema)?,
+                    true,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
         let mut windows = BTreeMap::new();
         if self.window.is_none() && self.keys.is_empty() {
             // A global aggregate yields one row even over no input, as in batch SQL.
-            windows.insert(WATERMARK_MAX, WindowGroups::new(self, &Arc::new(Schema::new(key_fields.clone())))?);
+            windows.insert(
+                WATERMARK_MAX,
+                WindowGroups::new(self, &Arc::new(Schema::new(key_fields.clone())))?,
+            );
         }
         Ok(Box::new(WindowAggregateOperator {
             spec: self.clone(),
@@ -111,7 +122,10 @@ impl WindowGroups {
         let groups = if spec.keys.is_empty() {
             None
         } else {
-            Some(new_group_values(Arc::clone(key_schema), &GroupOrdering::None)?)
+            Some(new_group_values(
+                Arc::clone(key_schema),
+                &GroupOrdering::None,
+            )?)
         };
         let accumulators = spec
             .aggregates
@@ -121,7 +135,9 @@ impl WindowGroups {
                     Ok(agg.create_groups_accumulator()?)
                 } else {
                     let agg = Arc::clone(agg);
-                    Ok(Box::new(GroupsAccumulatorAdapter::new(move || agg.create_accumulator())))
+                    Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
+                        agg.create_accumulator()
+                    })))
                 }
             })
             .collect::<Result<Vec<_>>>()?;
@@ -183,7 +199,12 @@ impl WindowAggregateOperator {
                 .spec
                 .aggregates
                 .iter()
-                .map(|a| a.expressions().iter().map(eval).collect::<Result<Vec<_>, _>>())
+                .map(|a| {
+                    a.expressions()
+                        .iter()
+                        .map(eval)
+                        .collect::<Result<Vec<_>, _>>()
+                })
                 .collect::<Result<_, _>>()?,
             filters: self
                 .spec
@@ -207,7 +228,13 @@ impl WindowAggregateOperator {
         if values.null_count() > 0 {
             return Err(EngineError::Internal("window column holds NULL".into()));
         }
-        Ok(Some(values.values().iter().map(|v| v.saturating_add(shift)).collect()))
+        Ok(Some(
+            values
+                .values()
+                .iter()
+                .map(|v| v.saturating_add(shift))
+                .collect(),
+        ))
     }
 
     fn update(&mut self, end: EventTime, input: &Evaluated) -> Result<()> {
@@ -218,7 +245,9 @@ impl WindowAggregateOperator {
             }
         };
         let rows = input.args.first().and_then(|a| a.first()).map(|a| a.len());
-        let rows = rows.or_else(|| input.keys.first().map(|k| k.len())).unwrap_or(0);
+        let rows = rows
+            .or_else(|| input.keys.first().map(|k| k.len()))
+            .unwrap_or(0);
         match &mut window.groups {
             Some(groups) => groups.intern(&input.keys, &mut self.group_ids)?,
             None => {
@@ -228,7 +257,8 @@ impl WindowAggregateOperator {
         }
         let total = window.num_groups();
         for (i, acc) in window.accumulators.iter_mut().enumerate() {
-            let filter: Option<&BooleanArray> = input.filters[i].as_ref().and_then(|f| f.as_boolean_opt());
+            let filter: Option<&BooleanArray> =
+                input.filters[i].as_ref().and_then(|f| f.as_boolean_opt());
             acc.update_batch(&input.args[i], &self.group_ids, filter, total)?;
         }
         Ok(())
@@ -287,7 +317,12 @@ impl Operator for WindowAggregateOperator {
         "WindowAggregate"
     }
 
-    fn process_batch(&mut self, batch: RecordBatch, _input: usize, _out: &mut Output) -> Result<()> {
+    fn process_batch(
+        &mut self,
+        batch: RecordBatch,
+        _input: usize,
+        _out: &mut Output,
+    ) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }

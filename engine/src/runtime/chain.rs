@@ -17,7 +17,11 @@ impl Chain {
     }
 
     /// Pushes batches emitted by operator `from - 1` through operators `from..`.
-    fn push_from(&mut self, from: usize, mut batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+    fn push_from(
+        &mut self,
+        from: usize,
+        mut batches: Vec<RecordBatch>,
+    ) -> Result<Vec<RecordBatch>> {
         let mut out = Output::default();
         for op in self.ops.iter_mut().skip(from) {
             if batches.is_empty() {
@@ -43,7 +47,10 @@ impl Chain {
 
     /// Advances the watermark through the chain. Returns the batches that came out and the
     /// watermark to forward.
-    pub fn on_watermark(&mut self, mut watermark: EventTime) -> Result<(Vec<RecordBatch>, EventTime)> {
+    pub fn on_watermark(
+        &mut self,
+        mut watermark: EventTime,
+    ) -> Result<(Vec<RecordBatch>, EventTime)> {
         let mut emitted = Vec::new();
         for i in 0..self.ops.len() {
             let mut out = Output::default();

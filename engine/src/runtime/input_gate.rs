@@ -68,7 +68,7 @@ impl InputGate {
         let ready: Vec<usize> = (0..self.inputs.len())
             .filter(|&i| {
                 let input = &self.inputs[i];
-                !input.ended && !(self.align && input.at_barrier)
+                !(input.ended || (self.align && input.at_barrier))
             })
             .collect();
         match ready.as_slice() {
@@ -126,14 +126,16 @@ impl InputGate {
     }
 
     /// Waits for the next event for the task.
-    pub fn next(&mut self) -> Result<GateEvent, TaskExit> {
+    pub fn next_event(&mut self) -> Result<GateEvent, TaskExit> {
         loop {
             if self.inputs.iter().all(|i| i.ended) {
                 return Ok(GateEvent::End);
             }
             let (i, msg) = self.receive()?;
             match msg {
-                Message::Batch(batch) => return Ok(GateEvent::Batch(batch, self.inputs[i].logical)),
+                Message::Batch(batch) => {
+                    return Ok(GateEvent::Batch(batch, self.inputs[i].logical))
+                }
                 Message::Watermark(w) => {
                     let input = &mut self.inputs[i];
                     input.watermark = input.watermark.max(w);
@@ -199,12 +201,23 @@ mod tests {
         a_tx.send(Message::Watermark(10)).unwrap();
         b_tx.send(Message::Watermark(5)).unwrap();
         // a=10 alone does not advance the minimum (b is MIN); then b=5 does.
-        assert!(matches!(gate.next().unwrap(), GateEvent::Watermark(5)));
+        assert!(matches!(
+            gate.next_event().unwrap(),
+            GateEvent::Watermark(5)
+        ));
         b_tx.send(Message::Watermark(3)).unwrap(); // going backwards is ignored
         b_tx.send(Message::End).unwrap();
-        assert!(matches!(gate.next().unwrap(), GateEvent::Watermark(10)));
+        assert!(matches!(
+            gate.next_event().unwrap(),
+            GateEvent::Watermark(10)
+        ));
         a_tx.send(Message::End).unwrap();
-        assert!(matches!(gate.next().unwrap(), GateEvent::End));
+        // with every input ended, nothing holds the watermark back any more
+        assert!(matches!(
+            gate.next_event().unwrap(),
+            GateEvent::Watermark(WATERMARK_MAX)
+        ));
+        assert!(matches!(gate.next_event().unwrap(), GateEvent::End));
     }
 
     #[test]
@@ -217,9 +230,15 @@ mod tests {
         b_tx.send(Message::Watermark(1)).unwrap();
         b_tx.send(barrier(1)).unwrap();
         // b's watermark cannot advance the min (a is MIN); then b's barrier completes alignment.
-        assert!(matches!(gate.next().unwrap(), GateEvent::Barrier(Barrier { epoch: 1, .. })));
+        assert!(matches!(
+            gate.next_event().unwrap(),
+            GateEvent::Barrier(Barrier { epoch: 1, .. })
+        ));
         b_tx.send(Message::Watermark(50)).unwrap();
-        assert!(matches!(gate.next().unwrap(), GateEvent::Watermark(_)));
+        assert!(matches!(
+            gate.next_event().unwrap(),
+            GateEvent::Watermark(_)
+        ));
     }
 
     #[test]
@@ -233,8 +252,8 @@ mod tests {
         ))))
         .unwrap();
         // at-least-once: a's batch after its barrier is processed before b's barrier arrives
-        assert!(matches!(gate.next().unwrap(), GateEvent::Batch(_, 0)));
+        assert!(matches!(gate.next_event().unwrap(), GateEvent::Batch(_, 0)));
         b_tx.send(barrier(1)).unwrap();
-        assert!(matches!(gate.next().unwrap(), GateEvent::Barrier(_)));
+        assert!(matches!(gate.next_event().unwrap(), GateEvent::Barrier(_)));
     }
 }

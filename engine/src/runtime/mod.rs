@@ -22,6 +22,9 @@ pub use input_gate::{GateEvent, InputGate};
 pub use outlet::{Outlet, TaskExit};
 use task::{run_operator_task, run_source_task, JobShared, Outlets};
 
+/// The input channels of one task, each with the logical input it belongs to.
+type TaskInputs = Vec<(Receiver<Message>, usize)>;
+
 /// How a job runs.
 #[derive(Debug, Clone)]
 pub struct JobConfig {
@@ -89,8 +92,9 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
     let metrics = Arc::new(JobMetrics::default());
     let shared = Arc::new(JobShared::default());
 
-    // receivers[stage][instance] and senders[stage][instance] (one outlet per consumer edge).
-    let mut receivers: Vec<Vec<Vec<(Receiver<Message>, usize)>>> = graph
+    // receivers[stage][instance] (with the logical input of each channel) and
+    // outlets[stage][instance] (one outlet per consumer edge).
+    let mut receivers: Vec<Vec<TaskInputs>> = graph
         .stages
         .iter()
         .map(|s| (0..s.parallelism).map(|_| Vec::new()).collect())
@@ -122,7 +126,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                 }
                 _ => {}
             }
-            for up in 0..upstream {
+            for (up, up_outlets) in outlets[input.from].iter_mut().enumerate() {
                 let targets: Vec<usize> = match &input.partitioning {
                     Partitioning::Forward => vec![up],
                     _ => (0..downstream).collect(),
@@ -133,7 +137,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                     senders.push(tx);
                     receivers[consumer][down].push((rx, logical));
                 }
-                outlets[input.from][up].push(outlet::Outlet::new(input.partitioning.clone(), senders));
+                up_outlets.push(outlet::Outlet::new(input.partitioning.clone(), senders));
             }
         }
     }
@@ -169,16 +173,21 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
             let spawned = if let Some(src) = &stage.source {
                 let reader = src.factory.create(&info)?;
                 let assigner = EventTimeAssigner::new(src.event_time.clone());
-                std::thread::Builder::new().name(thread_name).spawn(move || {
-                    let r = run_source_task(&info, reader, assigner, chain, outs, &shared_t.cancel);
-                    shared_t.task_ended(r);
-                })
+                std::thread::Builder::new()
+                    .name(thread_name)
+                    .spawn(move || {
+                        let r =
+                            run_source_task(&info, reader, assigner, chain, outs, &shared_t.cancel);
+                        shared_t.task_ended(r);
+                    })
             } else {
                 let gate = InputGate::new(ins, config.align_barriers);
-                std::thread::Builder::new().name(thread_name).spawn(move || {
-                    let r = run_operator_task(gate, chain, outs);
-                    shared_t.task_ended(r);
-                })
+                std::thread::Builder::new()
+                    .name(thread_name)
+                    .spawn(move || {
+                        let r = run_operator_task(gate, chain, outs);
+                        shared_t.task_ended(r);
+                    })
             };
             match spawned {
                 Ok(t) => threads.push(t),

@@ -49,7 +49,9 @@ impl Outlet {
     }
 
     fn send(&self, to: usize, msg: Message) -> Result<(), TaskExit> {
-        self.senders[to].send(msg).map_err(|_| TaskExit::Disconnected)
+        self.senders[to]
+            .send(msg)
+            .map_err(|_| TaskExit::Disconnected)
     }
 
     /// Sends a control message (watermark, barrier, end) to every downstream instance.

@@ -103,7 +103,7 @@ pub fn run_operator_task(
     mut outlets: Outlets,
 ) -> Result<(), TaskExit> {
     loop {
-        match gate.next()? {
+        match gate.next_event()? {
             GateEvent::Batch(batch, input) => {
                 let out = chain.process(batch, input)?;
                 outlets.batches(out)?;

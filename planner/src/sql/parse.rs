@@ -40,7 +40,7 @@ fn is_word(t: &Token, word: &str) -> bool {
 
 /// Turns a sqlparser error message "... at Line: L, Column: C" into a positioned error, with
 /// the line counted from the start of the script.
-fn syntax_error(message: &str, first_line: u64) -> PlanError {
+fn syntax_error(message: &str, text: &str, first_line: u64) -> PlanError {
     let message = message
         .trim_start_matches("sql parser error: ")
         .trim_start_matches("sql tokenizer error: ");
@@ -48,6 +48,8 @@ fn syntax_error(message: &str, first_line: u64) -> PlanError {
         let pos = &message[at + " at Line: ".len()..];
         if let Some((l, c)) = pos.split_once(", Column: ") {
             if let (Ok(l), Ok(c)) = (l.trim().parse::<u64>(), c.trim().parse::<u64>()) {
+                // Line 0 is sqlparser's position of the end of input: point after the last token.
+                let (l, c) = if l == 0 { end_position(text) } else { (l, c) };
                 return PlanError::Syntax {
                     line: first_line + l.saturating_sub(1),
                     column: c,
@@ -56,21 +58,37 @@ fn syntax_error(message: &str, first_line: u64) -> PlanError {
             }
         }
     }
+    // Without a position the parser ran out of input: point after the last token.
+    let (line, column) = if message.contains("EOF") {
+        end_position(text)
+    } else {
+        (1, 1)
+    };
     PlanError::Syntax {
-        line: first_line,
-        column: 1,
+        line: first_line + line - 1,
+        column,
         message: message.to_string(),
     }
 }
 
-fn parser_error(e: ParserError, first_line: u64) -> PlanError {
+/// Line and column just after the last character of `text`.
+fn end_position(text: &str) -> (u64, u64) {
+    let text = text.trim_end();
+    let line = text.lines().count().max(1) as u64;
+    let column = text.lines().last().map_or(0, |l| l.chars().count()) as u64 + 1;
+    (line, column)
+}
+
+fn parser_error(e: ParserError, text: &str, first_line: u64) -> PlanError {
     match e {
         ParserError::RecursionLimitExceeded => PlanError::Syntax {
             line: first_line,
             column: 1,
             message: "statement is nested too deeply".into(),
         },
-        ParserError::TokenizerError(m) | ParserError::ParserError(m) => syntax_error(&m, first_line),
+        ParserError::TokenizerError(m) | ParserError::ParserError(m) => {
+            syntax_error(&m, text, first_line)
+        }
     }
 }
 
@@ -100,9 +118,15 @@ fn matching_paren(tokens: &[TokenWithSpan], sig: &[usize], open: usize) -> Optio
 }
 
 /// Takes `WATERMARK FOR col AS expr` out of a CREATE TABLE column list.
-fn take_watermark(tokens: &mut Vec<TokenWithSpan>, first_line: u64) -> Result<Option<WatermarkClause>> {
+fn take_watermark(
+    tokens: &mut Vec<TokenWithSpan>,
+    first_line: u64,
+) -> Result<Option<WatermarkClause>> {
     let sig = significant(tokens);
-    if !sig.first().is_some_and(|&i| is_word(&tokens[i].token, "CREATE")) {
+    if !sig
+        .first()
+        .is_some_and(|&i| is_word(&tokens[i].token, "CREATE"))
+    {
         return Ok(None);
     }
     let mut depth = 0usize;
@@ -116,7 +140,10 @@ fn take_watermark(tokens: &mut Vec<TokenWithSpan>, first_line: u64) -> Result<Op
         if depth != 1 || !is_word(t, "WATERMARK") {
             continue;
         }
-        if !sig.get(k + 1).is_some_and(|&i| is_word(&tokens[i].token, "FOR")) {
+        if !sig
+            .get(k + 1)
+            .is_some_and(|&i| is_word(&tokens[i].token, "FOR"))
+        {
             continue;
         }
         let span = tokens[sig[k]].span;
@@ -134,7 +161,10 @@ fn take_watermark(tokens: &mut Vec<TokenWithSpan>, first_line: u64) -> Result<Op
                 })
             }
         };
-        if !sig.get(k + 3).is_some_and(|&i| is_word(&tokens[i].token, "AS")) {
+        if !sig
+            .get(k + 3)
+            .is_some_and(|&i| is_word(&tokens[i].token, "AS"))
+        {
             return Err(PlanError::Syntax {
                 line: first_line + span.start.line.saturating_sub(1),
                 column: span.start.column,
@@ -154,12 +184,13 @@ fn take_watermark(tokens: &mut Vec<TokenWithSpan>, first_line: u64) -> Result<Op
             }
             end += 1;
         }
-        let expr_tokens: Vec<TokenWithSpan> = (k + 4..end).map(|j| tokens[sig[j]].clone()).collect();
+        let expr_tokens: Vec<TokenWithSpan> =
+            (k + 4..end).map(|j| tokens[sig[j]].clone()).collect();
         let expr = Parser::new(&GenericDialect {})
             .with_recursion_limit(RECURSION_LIMIT)
             .with_tokens_with_locations(expr_tokens)
             .parse_expr()
-            .map_err(|e| parser_error(e, first_line))?;
+            .map_err(|e| parser_error(e, "", first_line))?;
         // Remove the clause and the comma before it (or after it, when it comes first).
         let (from, to) = if k > 0 && matches!(tokens[sig[k - 1]].token, Token::Comma) {
             (sig[k - 1], sig[end - 1])
@@ -181,11 +212,15 @@ fn rewrite_flink_window_tvf(tokens: &mut Vec<TokenWithSpan>) {
         let found = (0..sig.len().saturating_sub(3)).find(|&k| {
             is_word(&tokens[sig[k]].token, "TABLE")
                 && matches!(tokens[sig[k + 1]].token, Token::LParen)
-                && WINDOW_FUNCTIONS.iter().any(|f| is_word(&tokens[sig[k + 2]].token, f))
+                && WINDOW_FUNCTIONS
+                    .iter()
+                    .any(|f| is_word(&tokens[sig[k + 2]].token, f))
                 && matches!(tokens[sig[k + 3]].token, Token::LParen)
         });
         let Some(k) = found else { return };
-        let Some(close_outer) = matching_paren(tokens, &sig, k + 1) else { return };
+        let Some(close_outer) = matching_paren(tokens, &sig, k + 1) else {
+            return;
+        };
         let close_inner = matching_paren(tokens, &sig, k + 3).unwrap_or(close_outer);
         let mut remove: Vec<usize> = vec![sig[k], sig[k + 1], sig[close_outer]];
         // Inside the call: `TABLE t` -> `t`, `DESCRIPTOR(c)` -> `c`.
@@ -194,7 +229,8 @@ fn rewrite_flink_window_tvf(tokens: &mut Vec<TokenWithSpan>) {
             let t = &tokens[sig[j]].token;
             if is_word(t, "TABLE") {
                 remove.push(sig[j]);
-            } else if is_word(t, "DESCRIPTOR") && matches!(tokens[sig[j + 1]].token, Token::LParen) {
+            } else if is_word(t, "DESCRIPTOR") && matches!(tokens[sig[j + 1]].token, Token::LParen)
+            {
                 if let Some(close) = matching_paren(tokens, &sig, j + 1) {
                     remove.extend([sig[j], sig[j + 1], sig[close]]);
                 }
@@ -223,7 +259,9 @@ pub fn parse_statement(text: &str, first_line: u64) -> Result<ParsedStatement> {
     let mut parser = Parser::new(&dialect)
         .with_recursion_limit(RECURSION_LIMIT)
         .with_tokens_with_locations(tokens);
-    let statement = parser.parse_statement().map_err(|e| parser_error(e, first_line))?;
+    let statement = parser
+        .parse_statement()
+        .map_err(|e| parser_error(e, text, first_line))?;
     while parser.consume_token(&Token::SemiColon) {}
     let next = parser.peek_token();
     if next.token != Token::EOF {
@@ -264,7 +302,9 @@ mod tests {
         )
         .unwrap();
         assert!(p.watermark.is_some());
-        let Statement::CreateTable(c) = p.statement else { panic!() };
+        let Statement::CreateTable(c) = p.statement else {
+            panic!()
+        };
         assert_eq!(c.columns.len(), 1);
     }
 
@@ -285,10 +325,20 @@ mod tests {
     fn syntax_errors_carry_script_line_and_column() {
         let e = parse_statement("SELECT *\nFROM bids WHERE", 7).unwrap_err();
         match e {
-            PlanError::Syntax { line, .. } => assert_eq!(line, 8),
+            PlanError::Syntax { line, column, .. } => assert_eq!((line, column), (8, 16)),
             other => panic!("{other}"),
         }
         let e = parse_statement("SELEC 1", 1).unwrap_err();
-        assert!(matches!(e, PlanError::Syntax { line: 1, column: 1, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                PlanError::Syntax {
+                    line: 1,
+                    column: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 }

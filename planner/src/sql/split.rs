@@ -98,10 +98,20 @@ mod tests {
         let script = "SELECT 1;\n-- a comment; still a comment\nSELECT ';' AS x\n  FROM t; /* ; */\nSELECT 3";
         let (stmts, tail) = split_statements(script);
         assert_eq!(stmts.len(), 2);
-        assert_eq!(stmts[0], StatementText { text: "SELECT 1".into(), line: 1 });
+        assert_eq!(
+            stmts[0],
+            StatementText {
+                text: "SELECT 1".into(),
+                line: 1
+            }
+        );
         assert!(stmts[1].text.ends_with("FROM t"));
-        assert_eq!(stmts[1].line, 2, "the comment line starts the statement text");
-        assert_eq!(tail.unwrap().text, "SELECT 3");
+        assert_eq!(
+            stmts[1].line, 2,
+            "the comment line starts the statement text"
+        );
+        // comments belong to the statement that follows them
+        assert_eq!(tail.unwrap().text, "/* ; */\nSELECT 3");
     }
 
     #[test]

@@ -36,11 +36,20 @@ pub fn execute(session: &mut Session, sql: &str) -> Result<Collected, PlanError>
     match session.execute(&stmt)? {
         StatementResult::Command(_) => Ok(Collected::Command),
         StatementResult::Rows(schema, batches) => Ok(Collected::Rows(
-            schema.fields().iter().map(|f| f.data_type().clone()).collect(),
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect(),
             batches,
         )),
         StatementResult::Query(run) => {
-            let types = run.schema.fields().iter().map(|f| f.data_type().clone()).collect();
+            let types = run
+                .schema
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect();
             if !run.bounded {
                 run.job.cancel();
                 return Err(PlanError::Invalid("test queries must be bounded".into()));
@@ -56,7 +65,11 @@ pub fn text_rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
     batches
         .iter()
         .flat_map(|b| batch_rows(b).expect("format rows"))
-        .map(|r| r.into_iter().map(|v| v.unwrap_or_else(|| "NULL".into())).collect())
+        .map(|r| {
+            r.into_iter()
+                .map(|v| v.unwrap_or_else(|| "NULL".into()))
+                .collect()
+        })
         .collect()
 }
 
@@ -103,7 +116,11 @@ impl sqllogictest::DB for WeirDb {
                         .collect(),
                     rows: text_rows(&batches)
                         .into_iter()
-                        .map(|r| r.into_iter().map(|v| if v.is_empty() { "(empty)".into() } else { v }).collect())
+                        .map(|r| {
+                            r.into_iter()
+                                .map(|v| if v.is_empty() { "(empty)".into() } else { v })
+                                .collect()
+                        })
                         .collect(),
                 },
             };
