@@ -35,8 +35,9 @@ fn ts_text(ms: i64) -> String {
 }
 
 /// Rows in arrival order: mostly increasing time, some out of order within `bound_ms`, a few
-/// far behind it.
-fn generate(rng: &mut StdRng, n: usize, bound_ms: i64) -> Vec<Row> {
+/// far behind it. With `coarse`, times are whole seconds, so rows land exactly on window
+/// bounds and watermarks equal window ends (the edge cases of `[start, end)` and lateness).
+fn generate(rng: &mut StdRng, n: usize, bound_ms: i64, coarse: bool) -> Vec<Row> {
     let keys = rng.gen_range(1..12);
     let mut t = BASE_MS + rng.gen_range(0..10_000);
     (0..n)
@@ -53,7 +54,7 @@ fn generate(rng: &mut StdRng, n: usize, bound_ms: i64) -> Vec<Row> {
                 id,
                 k: format!("k{}", rng.gen_range(0..keys)),
                 v: (rng.gen::<f64>() > 0.05).then(|| rng.gen_range(-50..1000)),
-                ts_ms: ts,
+                ts_ms: if coarse { ts - ts.rem_euclid(1000) } else { ts },
             }
         })
         .collect()
@@ -211,9 +212,14 @@ fn weir_run(
 
 fn check(seed: u64, windows: Windows) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let bound_ms = rng.gen_range(0..5_000);
+    let coarse = rng.gen_bool(0.5);
+    let bound_ms = if coarse {
+        rng.gen_range(0..5) * 1000
+    } else {
+        rng.gen_range(0..5_000)
+    };
     let n = rng.gen_range(200..3_000);
-    let rows = generate(&mut rng, n, bound_ms);
+    let rows = generate(&mut rng, n, bound_ms, coarse);
     let dir = tempfile::tempdir().unwrap();
     let (data, reference) = write_files(dir.path(), &rows, bound_ms);
     let (ref_sql, late_sql) = reference_sql(&windows);
@@ -233,7 +239,7 @@ fn check(seed: u64, windows: Windows) {
     );
     assert_eq!(
         actual, expected,
-        "seed {seed}: batch_size {batch_size}, parallelism {parallelism}, bound {bound_ms} ms"
+        "seed {seed}: batch_size {batch_size}, parallelism {parallelism}, bound {bound_ms} ms, coarse {coarse}"
     );
     assert_eq!(late, expected_late, "seed {seed}: late rows");
 }
