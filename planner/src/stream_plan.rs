@@ -26,7 +26,8 @@ use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::{create_physical_expr, create_physical_sort_exprs, PhysicalExpr};
 use weir_engine::event_time::WindowAssignment;
 use weir_engine::operators::{
-    CalcOperator, GroupColumn, LimitSpec, SortSpec, WindowAggregateSpec, WindowColumn,
+    CalcOperator, EmitOrderSpec, GroupColumn, LimitSpec, SortSpec, WindowAggregateSpec,
+    WindowColumn,
 };
 use weir_engine::{
     EventTimeSpec, JobGraph, OperatorFactory, Partitioning, SourceStage, Stage, StageInput,
@@ -50,6 +51,8 @@ struct Stream {
     schema: DFSchemaRef,
     windows: Vec<Option<WindowLineage>>,
     bounded: bool,
+    /// Rows come from an aggregation, in hash-table and thread-timing order.
+    unordered: bool,
 }
 
 /// Builds job graphs.
@@ -90,7 +93,8 @@ impl<'a> StreamPlanner<'a> {
         sink: Arc<dyn OperatorFactory>,
     ) -> Result<JobGraph> {
         let stream = self.plan(plan)?;
-        let stream = self.single(stream, "result");
+        let single = self.single(stream, "result");
+        let stream = self.ordered(single);
         self.stages[stream.stage].chain.push(sink);
         Ok(JobGraph {
             name: name.to_string(),
@@ -128,6 +132,40 @@ impl<'a> StreamPlanner<'a> {
         });
         Stream {
             stage: self.stages.len() - 1,
+            ..stream
+        }
+    }
+
+    /// A single-instance stream whose rows come out in a deterministic order: aggregation
+    /// results are sorted per watermark, so output does not depend on parallelism or timing.
+    fn ordered(&mut self, stream: Stream) -> Stream {
+        if stream.unordered {
+            let window = stream
+                .windows
+                .iter()
+                .enumerate()
+                .find_map(|(i, w)| match w {
+                    Some(WindowLineage::End(_)) => Some((i, 0)),
+                    _ => None,
+                })
+                .or_else(|| {
+                    stream
+                        .windows
+                        .iter()
+                        .enumerate()
+                        .find_map(|(i, w)| match w {
+                            Some(WindowLineage::Start(size)) => Some((i, *size)),
+                            _ => None,
+                        })
+                });
+            let spec = EmitOrderSpec {
+                schema: arrow_schema(&stream.schema),
+                window,
+            };
+            self.push(&stream, Arc::new(spec));
+        }
+        Stream {
+            unordered: false,
             ..stream
         }
     }
@@ -274,7 +312,10 @@ impl<'a> StreamPlanner<'a> {
                     ),
                 };
                 self.push(&input, Arc::new(spec));
-                Ok(input)
+                Ok(Stream {
+                    unordered: false,
+                    ..input
+                })
             }
             LogicalPlan::Limit(limit) => {
                 let input = self.plan(&limit.input)?;
@@ -318,7 +359,8 @@ impl<'a> StreamPlanner<'a> {
     }
 
     fn limit(&mut self, input: Stream, skip: usize, fetch: Option<usize>) -> Result<Stream> {
-        let input = self.single(input, "limit");
+        let single = self.single(input, "limit");
+        let input = self.ordered(single);
         self.push(&input, Arc::new(LimitSpec { skip, fetch }));
         Ok(input)
     }
@@ -378,6 +420,7 @@ impl<'a> StreamPlanner<'a> {
             schema: table_schema,
             windows,
             bounded,
+            unordered: false,
         })
     }
 
@@ -513,6 +556,7 @@ impl<'a> StreamPlanner<'a> {
             schema: agg.schema.clone(),
             windows: out_windows,
             bounded: input.bounded,
+            unordered: true,
         })
     }
 }

@@ -156,3 +156,14 @@ fn unknown_flag_is_an_error() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("--bogus"));
 }
+
+#[test]
+fn output_is_identical_at_every_parallelism() {
+    let reference = weir(&["-f", "examples/quickstart.sql", "--format", "csv", "--parallelism", "1"]);
+    assert!(reference.status.success());
+    for p in ["2", "3", "4"] {
+        let out = weir(&["-f", "examples/quickstart.sql", "--format", "csv", "--parallelism", p]);
+        assert!(out.status.success());
+        assert_eq!(text(&out.stdout), text(&reference.stdout), "parallelism {p}");
+    }
+}

@@ -2,11 +2,13 @@
 //! what it does on watermark, barrier and end.
 
 pub mod calc;
+pub mod emit_order;
 pub mod limit;
 pub mod sort;
 pub mod window_aggregate;
 
 pub use calc::CalcOperator;
+pub use emit_order::EmitOrderSpec;
 pub use limit::LimitSpec;
 pub use sort::SortSpec;
 pub use window_aggregate::{
