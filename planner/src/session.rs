@@ -57,18 +57,29 @@ pub struct QueryRun {
     pub job: JobHandle,
     /// Whether every source is bounded (the query ends by itself).
     pub bounded: bool,
+    /// The query's LIMIT: once this many rows arrived it is complete, even over an unbounded
+    /// source, and the reader stops the job.
+    pub limit: Option<usize>,
 }
 
 impl QueryRun {
     /// Waits for the whole result of a bounded query.
     pub fn collect(self) -> Result<(Vec<RecordBatch>, MetricsSnapshot)> {
         let mut batches = Vec::new();
+        let mut rows = 0;
         for ev in self.events.iter() {
             if let SinkEvent::Batch(b) = ev {
+                rows += b.num_rows();
                 batches.push(b);
+                if self.limit.is_some_and(|l| rows >= l) {
+                    break;
+                }
             }
         }
-        let metrics = self.job.wait()?;
+        drop(self.events);
+        let metrics = self
+            .job
+            .finish_early_or_wait(self.limit.is_some_and(|l| rows >= l))?;
         Ok((batches, metrics))
     }
 }
@@ -475,12 +486,20 @@ impl Session {
         )
         .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
         let bounded = graph.is_bounded();
+        let limit = match &plan {
+            LogicalPlan::Limit(l) => match l.get_fetch_type()? {
+                datafusion::logical_expr::FetchType::Literal(n) => n,
+                _ => None,
+            },
+            _ => None,
+        };
         let job = spawn_job(graph, JobConfig::default())?;
         Ok(StatementResult::Query(QueryRun {
             schema,
             events: rx,
             job,
             bounded,
+            limit,
         }))
     }
 
@@ -541,6 +560,7 @@ impl Session {
             events: rx,
             job,
             bounded: true,
+            limit: None,
         };
         let (_, m) = run.collect()?;
         let secs = started.elapsed().as_secs_f64();

@@ -91,16 +91,21 @@ impl<'a> Runner<'a> {
             events,
             job,
             bounded,
+            limit,
         } = run;
         let mut writer = ResultWriter::new(std::io::stdout().lock(), self.format, schema.clone());
         let mut table_rows = Vec::new();
         let mut rows = 0usize;
-        loop {
+        // A bounded result (or one with a LIMIT) prints as one table; an endless one as it comes.
+        let whole_table = bounded || limit.is_some();
+        let mut done = false;
+        while !done {
             match events.recv_timeout(Duration::from_millis(100)) {
                 Ok(SinkEvent::Batch(b)) => {
                     rows += b.num_rows();
+                    done = limit.is_some_and(|l| rows >= l);
                     match self.format {
-                        Format::Table if bounded => table_rows.push(b),
+                        Format::Table if whole_table => table_rows.push(b),
                         Format::Table => {
                             let mut out = std::io::stdout().lock();
                             write!(out, "{}", render_table(&schema, &[b])?)?;
@@ -123,12 +128,13 @@ impl<'a> Runner<'a> {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        if self.format == Format::Table && bounded {
+        drop(events);
+        if self.format == Format::Table && whole_table {
             print!("{}", render_table(&schema, &table_rows)?);
         }
         writer.finish()?;
         drop(writer);
-        let metrics = job.wait()?;
+        let metrics = job.finish_early_or_wait(done)?;
         let mut line = format!("({rows} row{})", if rows == 1 { "" } else { "s" });
         if metrics.late_rows > 0 || metrics.skipped_rows > 0 {
             line = format!(

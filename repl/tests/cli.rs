@@ -159,11 +159,29 @@ fn unknown_flag_is_an_error() {
 
 #[test]
 fn output_is_identical_at_every_parallelism() {
-    let reference = weir(&["-f", "examples/quickstart.sql", "--format", "csv", "--parallelism", "1"]);
+    let reference = weir(&[
+        "-f",
+        "examples/quickstart.sql",
+        "--format",
+        "csv",
+        "--parallelism",
+        "1",
+    ]);
     assert!(reference.status.success());
     for p in ["2", "3", "4"] {
-        let out = weir(&["-f", "examples/quickstart.sql", "--format", "csv", "--parallelism", p]);
+        let out = weir(&[
+            "-f",
+            "examples/quickstart.sql",
+            "--format",
+            "csv",
+            "--parallelism",
+            p,
+        ]);
         assert!(out.status.success());
-        assert_eq!(text(&out.stdout), text(&reference.stdout), "parallelism {p}");
+        assert_eq!(
+            text(&out.stdout),
+            text(&reference.stdout),
+            "parallelism {p}"
+        );
     }
 }

@@ -71,6 +71,21 @@ impl JobHandle {
         self.threads.iter().all(|t| t.is_finished())
     }
 
+    /// Stops a job whose reader has all it wanted (`done`, e.g. a LIMIT was reached), or waits
+    /// for it to end. A job stopped this way counts as finished, not cancelled.
+    pub fn finish_early_or_wait(self, done: bool) -> Result<MetricsSnapshot> {
+        if !done {
+            return self.wait();
+        }
+        self.cancel();
+        let metrics = Arc::clone(&self.metrics);
+        match self.wait() {
+            Ok(m) => Ok(m),
+            Err(EngineError::Cancelled) => Ok(metrics.snapshot()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Waits for every task and returns the first error, if any.
     pub fn wait(self) -> Result<MetricsSnapshot> {
         for t in self.threads {
