@@ -53,7 +53,6 @@ fn main() -> ExitCode {
     for w in warnings {
         eprintln!("warning: {w}");
     }
-    let interrupted = runner::install_interrupt_handler();
     match cli.file {
         Some(path) => {
             let script = match std::fs::read_to_string(&path) {
@@ -63,6 +62,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            let interrupted = runner::install_interrupt_handler();
             let mut runner = runner::Runner::new(&mut session, cli.format, interrupted);
             if runner.run_script(&script, &path.display().to_string()) {
                 ExitCode::SUCCESS
@@ -78,7 +78,7 @@ fn main() -> ExitCode {
                 .or_else(|| {
                     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".weir_history"))
                 });
-            repl::run(&mut session, cli.format, interrupted, history);
+            repl::run(&mut session, cli.format, history);
             ExitCode::SUCCESS
         }
     }

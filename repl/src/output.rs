@@ -107,6 +107,72 @@ impl<W: Write> ResultWriter<W> {
     }
 }
 
+/// An endless result as a table: the header once, then rows as they arrive, in columns as
+/// wide as the header and the first rows (later, wider values widen their own row only).
+#[derive(Default)]
+pub struct StreamingTable {
+    widths: Vec<usize>,
+}
+
+impl StreamingTable {
+    pub fn render(&mut self, schema: &SchemaRef, batch: &RecordBatch) -> Result<String> {
+        let values: Vec<Vec<String>> = rows(batch)?
+            .into_iter()
+            .map(|r| {
+                r.into_iter()
+                    .map(|v| v.unwrap_or_else(|| "NULL".into()))
+                    .collect()
+            })
+            .collect();
+        let mut out = String::new();
+        if self.widths.is_empty() {
+            let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+            // Timestamps may gain a fraction later: leave room for it from the start.
+            self.widths = schema
+                .fields()
+                .iter()
+                .map(|f| match f.data_type() {
+                    DataType::Timestamp(..) => f.name().chars().count().max(26),
+                    _ => f.name().chars().count(),
+                })
+                .collect();
+            for r in &values {
+                for (w, v) in self.widths.iter_mut().zip(r) {
+                    *w = (*w).max(v.chars().count());
+                }
+            }
+            let line = format!(
+                "+{}+",
+                self.widths
+                    .iter()
+                    .map(|w| "-".repeat(w + 2))
+                    .collect::<Vec<_>>()
+                    .join("+")
+            );
+            out.push_str(&line);
+            out.push('\n');
+            out.push_str(&table_row(&names, &self.widths));
+            out.push('\n');
+            out.push_str(&line);
+            out.push('\n');
+        }
+        for r in &values {
+            out.push_str(&table_row(r, &self.widths));
+            out.push('\n');
+        }
+        Ok(out)
+    }
+}
+
+fn table_row(values: &[String], widths: &[usize]) -> String {
+    let cells: Vec<String> = values
+        .iter()
+        .zip(widths)
+        .map(|(v, w)| format!(" {v}{} ", " ".repeat(w.saturating_sub(v.chars().count()))))
+        .collect();
+    format!("|{}|", cells.join("|"))
+}
+
 /// Renders batches as an aligned text table.
 pub fn render_table(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<String> {
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
@@ -134,14 +200,7 @@ pub fn render_table(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Strin
             .collect::<Vec<_>>()
             .join("+")
     );
-    let fmt_row = |vals: &[String]| {
-        let cells: Vec<String> = vals
-            .iter()
-            .zip(&widths)
-            .map(|(v, w)| format!(" {v}{} ", " ".repeat(w - v.chars().count())))
-            .collect();
-        format!("|{}|", cells.join("|"))
-    };
+    let fmt_row = |vals: &[String]| table_row(vals, &widths);
     let mut out = String::new();
     out.push_str(&line);
     out.push('\n');

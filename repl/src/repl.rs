@@ -2,8 +2,6 @@
 //! `\?`, `\d [table]`.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use rustyline::error::ReadlineError;
 use rustyline::DefaultEditor;
@@ -11,7 +9,7 @@ use weir_planner::sql::{split_statements, StatementText};
 use weir_planner::Session;
 
 use crate::output::Format;
-use crate::runner::Runner;
+use crate::runner::{install_interrupt_handler, Runner};
 
 const HELP: &str = r#"Statements end with ';' and may span several lines.
   CREATE TABLE t (col TYPE, ..., WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
@@ -25,12 +23,7 @@ Commands:
   \?          this help           \q        quit
 Ctrl-C cancels a running query; Ctrl-D quits."#;
 
-pub fn run(
-    session: &mut Session,
-    format: Format,
-    interrupted: Arc<AtomicBool>,
-    history: Option<PathBuf>,
-) {
+pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
     let mut editor = match DefaultEditor::new() {
         Ok(e) => e,
         Err(e) => {
@@ -41,6 +34,9 @@ pub fn run(
     if let Some(h) = &history {
         let _ = editor.load_history(h);
     }
+    // After the editor: it installs its own SIGINT handler when created. While a line is read
+    // the terminal is raw and Ctrl-C is a key; while a query runs it is a signal for us.
+    let interrupted = install_interrupt_handler();
     println!(
         "weir {} — streaming SQL. Type \\? for help, \\q to quit.",
         env!("CARGO_PKG_VERSION")

@@ -14,7 +14,7 @@ use weir_connectors::sinks::SinkEvent;
 use weir_planner::sql::{split_statements, StatementText};
 use weir_planner::{QueryRun, Session, StatementResult};
 
-use crate::output::{render_table, Format, ResultWriter};
+use crate::output::{render_table, Format, ResultWriter, StreamingTable};
 
 /// Ctrl-C while a query runs cancels the query (the REPL itself reads Ctrl-C as a key).
 pub fn install_interrupt_handler() -> Arc<AtomicBool> {
@@ -99,7 +99,16 @@ impl<'a> Runner<'a> {
         // A bounded result (or one with a LIMIT) prints as one table; an endless one as it comes.
         let whole_table = bounded || limit.is_some();
         let mut done = false;
+        let mut streaming_table = StreamingTable::default();
         while !done {
+            if self.interrupted.swap(false, Ordering::SeqCst) {
+                job.cancel();
+                drop(events);
+                let _ = job.wait();
+                writer.finish()?;
+                self.status("query cancelled");
+                return Ok(());
+            }
             match events.recv_timeout(Duration::from_millis(100)) {
                 Ok(SinkEvent::Batch(b)) => {
                     rows += b.num_rows();
@@ -108,23 +117,13 @@ impl<'a> Runner<'a> {
                         Format::Table if whole_table => table_rows.push(b),
                         Format::Table => {
                             let mut out = std::io::stdout().lock();
-                            write!(out, "{}", render_table(&schema, &[b])?)?;
+                            write!(out, "{}", streaming_table.render(&schema, &b)?)?;
                             out.flush()?;
                         }
                         _ => writer.write_batch(&b)?,
                     }
                 }
-                Ok(SinkEvent::Watermark(_)) => {}
-                Err(RecvTimeoutError::Timeout) => {
-                    if self.interrupted.swap(false, Ordering::SeqCst) {
-                        job.cancel();
-                        drop(events);
-                        let _ = job.wait();
-                        writer.finish()?;
-                        self.status("query cancelled");
-                        return Ok(());
-                    }
-                }
+                Ok(SinkEvent::Watermark(_)) | Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }

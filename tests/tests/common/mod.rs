@@ -52,7 +52,9 @@ pub fn execute(session: &mut Session, sql: &str) -> Result<Collected, PlanError>
                 .collect();
             if !run.bounded && run.limit.is_none() {
                 run.job.cancel();
-                return Err(PlanError::Invalid("test queries must be bounded or have a LIMIT".into()));
+                return Err(PlanError::Invalid(
+                    "test queries must be bounded or have a LIMIT".into(),
+                ));
             }
             let (batches, _) = run.collect()?;
             Ok(Collected::Rows(types, batches))
