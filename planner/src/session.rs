@@ -457,13 +457,25 @@ impl Session {
     }
 
     /// SQL statement -> optimized logical plan.
-    fn logical_plan(&self, mut statement: Statement) -> Result<LogicalPlan> {
+    /// SQL statement -> optimized logical plan, and the synthetic window tables it reads
+    /// (name, table the window function was applied to).
+    fn logical_plan(
+        &self,
+        mut statement: Statement,
+    ) -> Result<(LogicalPlan, Vec<(String, String)>)> {
         let windows = rewrite_window_functions(&self.state, &self.catalog, &mut statement)?;
+        let names = windows
+            .iter()
+            .map(|(name, source)| match &source.kind {
+                crate::context::ScanKind::Window(w) => (name.clone(), w.table.clone()),
+                crate::context::ScanKind::Table(t) => (name.clone(), t.clone()),
+            })
+            .collect();
         let mut ctx = PlanningContext::new(&self.state, &self.catalog);
         ctx.windows.extend(windows);
         let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
         let plan = planner.sql_statement_to_plan(statement)?;
-        Ok(self.state.optimize(&plan)?)
+        Ok((self.state.optimize(&plan)?, names))
     }
 
     fn next_job_name(&mut self) -> String {
@@ -472,7 +484,7 @@ impl Session {
     }
 
     fn query(&mut self, statement: Statement) -> Result<StatementResult> {
-        let plan = self.logical_plan(statement)?;
+        let (plan, _) = self.logical_plan(statement)?;
         if !reads_tables(&plan) {
             return self.run_constant(plan);
         }
@@ -523,7 +535,7 @@ impl Session {
     }
 
     fn explain(&mut self, statement: Statement, analyze: bool) -> Result<StatementResult> {
-        let plan = self.logical_plan(statement.clone())?;
+        let (plan, windows) = self.logical_plan(statement)?;
         if !reads_tables(&plan) {
             return Ok(text_rows(
                 &["plan"],
@@ -541,7 +553,16 @@ impl Session {
             self.config.parallelism,
         )
         .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
-        let mut lines = graph.explain();
+        // Show the window tables under the name of the table they window.
+        let mut lines: Vec<String> = graph
+            .explain()
+            .into_iter()
+            .map(|l| {
+                windows.iter().rev().fold(l, |l, (synthetic, table)| {
+                    l.replace(synthetic.as_str(), table)
+                })
+            })
+            .collect();
         if !analyze {
             return Ok(text_rows(
                 &["plan"],

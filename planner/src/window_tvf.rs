@@ -29,6 +29,8 @@ use crate::error::{PlanError, Result};
 use crate::{invalid, not_supported};
 
 const NANOS_PER_DAY: i64 = 86_400_000_000_000;
+/// HOP copies each row into size / slide windows; beyond this a query is a mistake.
+const MAX_WINDOWS_PER_ROW: i128 = 10_000;
 
 /// Evaluates a constant interval argument to nanoseconds.
 fn interval_nanos(state: &SessionState, expr: &SqlExpr, what: &str, call: &str) -> Result<i64> {
@@ -49,20 +51,23 @@ fn interval_nanos(state: &SessionState, expr: &SqlExpr, what: &str, call: &str) 
         ColumnarValue::Scalar(s) => s,
         ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0)?,
     };
-    let nanos = match value {
+    let nanos: Option<i128> = match value {
         ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
-            Some((v.days as i64) * NANOS_PER_DAY + v.nanoseconds)
+            Some(v.days as i128 * NANOS_PER_DAY as i128 + v.nanoseconds as i128)
         }
         ScalarValue::IntervalDayTime(Some(v)) => {
-            Some((v.days as i64) * NANOS_PER_DAY + (v.milliseconds as i64) * 1_000_000)
+            Some(v.days as i128 * NANOS_PER_DAY as i128 + v.milliseconds as i128 * 1_000_000)
         }
-        ScalarValue::DurationSecond(Some(v)) => Some(v * 1_000_000_000),
-        ScalarValue::DurationMillisecond(Some(v)) => Some(v * 1_000_000),
-        ScalarValue::DurationMicrosecond(Some(v)) => Some(v * 1_000),
-        ScalarValue::DurationNanosecond(Some(v)) => Some(v),
+        ScalarValue::DurationSecond(Some(v)) => Some(v as i128 * 1_000_000_000),
+        ScalarValue::DurationMillisecond(Some(v)) => Some(v as i128 * 1_000_000),
+        ScalarValue::DurationMicrosecond(Some(v)) => Some(v as i128 * 1_000),
+        ScalarValue::DurationNanosecond(Some(v)) => Some(v as i128),
         _ => None,
     };
-    nanos.ok_or_else(|| {
+    let nanos = nanos.map(|n| {
+        i64::try_from(n).map_err(|_| invalid!("{call}: the {what} {expr} is out of range"))
+    });
+    nanos.transpose()?.ok_or_else(|| {
         invalid!(
             "{call}: the {what} must be a fixed INTERVAL such as INTERVAL '10' SECOND, got {expr}"
         )
@@ -158,6 +163,14 @@ impl Rewriter<'_> {
             WindowSpec::hop(n(2, "slide")?, n(3, "size")?, offset)
         }
         .map_err(|e| invalid!("{e}"))?;
+        if let WindowSpec::Hop { slide, size, .. } = spec {
+            let per_row = (size as i128 + slide as i128 - 1) / slide as i128;
+            if per_row > MAX_WINDOWS_PER_ROW {
+                return Err(invalid!(
+                    "{function}: size / slide puts each row in {per_row} windows; at most {MAX_WINDOWS_PER_ROW} are allowed"
+                ));
+            }
+        }
         let mut fields: Vec<Field> = def
             .schema
             .fields()

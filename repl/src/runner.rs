@@ -66,7 +66,14 @@ impl<'a> Runner<'a> {
     /// Runs one statement and prints its result.
     pub fn run_statement(&mut self, stmt: &StatementText) -> Result<()> {
         self.interrupted.store(false, Ordering::SeqCst);
-        match self.session.execute(stmt)? {
+        // A bug must not take the session down with it: report it like any error.
+        let session = &mut *self.session;
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.execute(stmt)))
+                .map_err(|_| {
+                    anyhow::anyhow!("internal error while running the statement (a bug in weir)")
+                })?;
+        match result? {
             StatementResult::Command(tag) => self.status(&tag),
             StatementResult::Rows(schema, batches) => {
                 if self.format == Format::Table {
