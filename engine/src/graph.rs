@@ -37,6 +37,11 @@ pub trait SourceFactory: Send + Sync {
     fn is_bounded(&self) -> bool;
     /// Schema of the rows it produces.
     fn schema(&self) -> datafusion::arrow::datatypes::SchemaRef;
+    /// How many partitions the source has; each is read in order by its own instance
+    /// (instance i reads partition i).
+    fn partitions(&self) -> Result<usize> {
+        Ok(1)
+    }
     fn create(&self, task: &TaskInfo) -> Result<Box<dyn SourceReader>>;
 }
 

@@ -401,9 +401,10 @@ impl<'a> StreamPlanner<'a> {
             None => None,
         };
         let bounded = def.source.is_bounded();
+        let partitions = def.source.partitions()?;
         self.stages.push(Stage {
             name: format!("source {table}"),
-            parallelism: 1,
+            parallelism: partitions,
             source: Some(SourceStage {
                 factory: Arc::clone(&def.source),
                 event_time: EventTimeSpec {

@@ -1,5 +1,6 @@
-//! Differential tests: random rows with disorder and late arrivals, aggregated by weir over
-//! TUMBLE and HOP windows at random batch sizes and parallelism, compared row by row with
+//! Differential tests: random rows with disorder and late arrivals, split over one to three
+//! files (source partitions, each with its own watermark), aggregated by weir over TUMBLE and
+//! HOP windows at random batch sizes and parallelism, compared row by row with
 //! DataFusion batch SQL over the same rows. Late rows are removed from the reference by a plain
 //! replay that computes, for each row, the watermark just before it (running maximum of
 //! `ts - bound` over earlier rows); the window arithmetic of the reference is DataFusion's
@@ -60,39 +61,53 @@ fn generate(rng: &mut StdRng, n: usize, bound_ms: i64, coarse: bool) -> Vec<Row>
         .collect()
 }
 
-/// Writes the rows for weir, and the rows plus each row's prior watermark for the reference.
-fn write_files(dir: &std::path::Path, rows: &[Row], bound_ms: i64) -> (String, String) {
-    let mut data = String::from("id,k,v,ts\n");
-    let mut reference = String::from("id,k,v,ts,wprev\n");
-    let mut running = i64::MIN;
-    for r in rows {
-        let v = r.v.map(|v| v.to_string()).unwrap_or_default();
-        let wprev = if running == i64::MIN {
-            "1900-01-01 00:00:00.000".to_string()
-        } else {
-            ts_text(running)
-        };
-        writeln!(data, "{},{},{},{}", r.id, r.k, v, ts_text(r.ts_ms)).unwrap();
-        writeln!(
-            reference,
-            "{},{},{},{},{}",
-            r.id,
-            r.k,
-            v,
-            ts_text(r.ts_ms),
-            wprev
-        )
-        .unwrap();
-        running = running.max(r.ts_ms - bound_ms);
+/// Writes the rows of each partition into its own file, for weir (`data/`) and, with each
+/// row's prior watermark in its partition, for the reference (`ref/`). Returns both folders.
+fn write_partitions(
+    dir: &std::path::Path,
+    partitions: &[Vec<Row>],
+    bound_ms: i64,
+) -> (String, String) {
+    let data_dir = dir.join("data");
+    let ref_dir = dir.join("ref");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    std::fs::create_dir_all(&ref_dir).unwrap();
+    for (i, rows) in partitions.iter().enumerate() {
+        let mut data = String::from("id,k,v,ts\n");
+        let mut reference = String::from("id,k,v,ts,wprev\n");
+        let mut running = i64::MIN;
+        for r in rows {
+            let v = r.v.map(|v| v.to_string()).unwrap_or_default();
+            let wprev = if running == i64::MIN {
+                "1900-01-01 00:00:00.000".to_string()
+            } else {
+                ts_text(running)
+            };
+            writeln!(data, "{},{},{},{}", r.id, r.k, v, ts_text(r.ts_ms)).unwrap();
+            writeln!(
+                reference,
+                "{},{},{},{},{}",
+                r.id,
+                r.k,
+                v,
+                ts_text(r.ts_ms),
+                wprev
+            )
+            .unwrap();
+            running = running.max(r.ts_ms - bound_ms);
+        }
+        std::fs::write(data_dir.join(format!("part-{i}.csv")), data).unwrap();
+        std::fs::write(ref_dir.join(format!("part-{i}.csv")), reference).unwrap();
     }
-    let data_path = dir.join("data.csv");
-    let ref_path = dir.join("ref.csv");
-    std::fs::write(&data_path, data).unwrap();
-    std::fs::write(&ref_path, reference).unwrap();
     (
-        data_path.display().to_string(),
-        ref_path.display().to_string(),
+        data_dir.display().to_string(),
+        ref_dir.display().to_string(),
     )
+}
+
+/// One partition.
+fn write_files(dir: &std::path::Path, rows: &[Row], bound_ms: i64) -> (String, String) {
+    write_partitions(dir, &[rows.to_vec()], bound_ms)
 }
 
 const AGGREGATES: &str = "count(*), count(v), sum(v), min(v), max(v), avg(v), count(DISTINCT v)";
@@ -220,8 +235,15 @@ fn check(seed: u64, windows: Windows) {
     };
     let n = rng.gen_range(200..3_000);
     let rows = generate(&mut rng, n, bound_ms, coarse);
+    // Up to three partitions (files), each with its own watermark; rows keep their order
+    // within a partition.
+    let parts = rng.gen_range(1..=3);
+    let mut partitions = vec![Vec::new(); parts];
+    for r in rows {
+        partitions[rng.gen_range(0..parts)].push(r);
+    }
     let dir = tempfile::tempdir().unwrap();
-    let (data, reference) = write_files(dir.path(), &rows, bound_ms);
+    let (data, reference) = write_partitions(dir.path(), &partitions, bound_ms);
     let (ref_sql, late_sql) = reference_sql(&windows);
     let expected = batch_reference(&reference, &ref_sql);
     let expected_late: u64 = batch_reference(&reference, &late_sql)[0][0]
@@ -239,9 +261,12 @@ fn check(seed: u64, windows: Windows) {
     );
     assert_eq!(
         actual, expected,
-        "seed {seed}: batch_size {batch_size}, parallelism {parallelism}, bound {bound_ms} ms, coarse {coarse}"
+        "seed {seed}: {parts} partitions, batch_size {batch_size}, parallelism {parallelism}, bound {bound_ms} ms, coarse {coarse}"
     );
-    assert_eq!(late, expected_late, "seed {seed}: late rows");
+    assert_eq!(
+        late, expected_late,
+        "seed {seed}: late rows ({parts} partitions)"
+    );
 }
 
 #[test]

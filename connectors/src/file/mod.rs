@@ -1,5 +1,9 @@
 //! The file source: `connector = 'file'`, `format = 'csv' | 'json'`.
 //!
+//! `path` names a file, or a directory whose files (not starting with `.`, in name order) are
+//! the source's partitions: each is read by its own instance, with its own watermark, and the
+//! source's watermark is the minimum over them (taken by the runtime downstream).
+//!
 //! Options: `path` (required), `format` (`csv` default, or `json` for JSON lines), `header`
 //! (csv, default false), `delimiter` (csv, one character, default `,`), `bad_rows` (`fail`
 //! default, or `skip`), `batch_size` (rows per batch, default 8192).
@@ -23,6 +27,9 @@ use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 pub use format::FileFormat;
 pub use records::{FilePosition, RecordReader};
+
+/// A directory with more files than this is most likely a mistake (one thread per file).
+pub const MAX_PARTITIONS: usize = 256;
 
 const OPTIONS: &[&str] = &[
     "connector",
@@ -132,11 +139,54 @@ impl FileSourceFactory {
         })
     }
 
-    /// A reader starting at `position`.
-    pub fn reader_at(&self, position: FilePosition) -> EngineResult<FileReader> {
+    /// The files to read: `path` itself, or the files of the directory `path`, in name order.
+    pub fn files(&self) -> EngineResult<Vec<PathBuf>> {
+        let meta = std::fs::metadata(&self.path)
+            .map_err(|e| EngineError::io(format!("cannot open '{}'", self.path.display()), e))?;
+        if !meta.is_dir() {
+            return Ok(vec![self.path.clone()]);
+        }
+        let entries = std::fs::read_dir(&self.path)
+            .map_err(|e| EngineError::io(format!("cannot list '{}'", self.path.display()), e))?;
+        let mut files = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| {
+                EngineError::io(format!("cannot list '{}'", self.path.display()), e)
+            })?;
+            let hidden = entry.file_name().to_string_lossy().starts_with('.');
+            if !hidden && entry.path().is_file() {
+                files.push(entry.path());
+            }
+        }
+        files.sort();
+        if files.is_empty() {
+            return Err(EngineError::BadInput(format!(
+                "table {}: directory '{}' has no files",
+                self.table,
+                self.path.display()
+            )));
+        }
+        if files.len() > MAX_PARTITIONS {
+            return Err(EngineError::BadInput(format!(
+                "table {}: directory '{}' has {} files; at most {MAX_PARTITIONS} are read as partitions",
+                self.table,
+                self.path.display(),
+                files.len()
+            )));
+        }
+        Ok(files)
+    }
+
+    /// A reader of partition `file` starting at `position`.
+    pub fn reader_at(
+        &self,
+        file: &std::path::Path,
+        position: FilePosition,
+    ) -> EngineResult<FileReader> {
         let quote_aware = matches!(self.format, FileFormat::Csv { .. });
-        let records = RecordReader::open(&self.path, position, quote_aware)?;
+        let records = RecordReader::open(file, position, quote_aware)?;
         Ok(FileReader {
+            file: file.to_path_buf(),
             spec: self.clone(),
             skip_header: position.offset == 0
                 && matches!(self.format, FileFormat::Csv { header: true, .. }),
@@ -164,13 +214,26 @@ impl SourceFactory for FileSourceFactory {
         true
     }
 
-    fn create(&self, _task: &TaskInfo) -> EngineResult<Box<dyn SourceReader>> {
-        Ok(Box::new(self.reader_at(FilePosition::START)?))
+    fn partitions(&self) -> EngineResult<usize> {
+        Ok(self.files()?.len())
+    }
+
+    fn create(&self, task: &TaskInfo) -> EngineResult<Box<dyn SourceReader>> {
+        let files = self.files()?;
+        let file = files.get(task.instance).ok_or_else(|| {
+            EngineError::Internal(format!(
+                "file source instance {} of {} files",
+                task.instance,
+                files.len()
+            ))
+        })?;
+        Ok(Box::new(self.reader_at(file, FilePosition::START)?))
     }
 }
 
 /// Reads one file in order.
 pub struct FileReader {
+    file: PathBuf,
     spec: FileSourceFactory,
     skip_header: bool,
     records: RecordReader,
@@ -199,7 +262,7 @@ impl FileReader {
                         return Err(EngineError::BadInput(format!(
                             "table {}: file '{}' line {line}: {} (set bad_rows = 'skip' to skip such rows)",
                             self.spec.table,
-                            self.spec.path.display(),
+                            self.file.display(),
                             format::describe_error(&e)
                         )));
                     }
