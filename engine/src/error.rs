@@ -18,6 +18,9 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
+    /// The state store failed (RocksDB), with what was being done and where.
+    #[error("state store: {0}")]
+    State(String),
     /// An error from DataFusion while evaluating expressions or aggregates.
     #[error(transparent)]
     DataFusion(#[from] DataFusionError),

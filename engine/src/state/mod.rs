@@ -1,7 +1,10 @@
-//! State backend interface. Operators keep their working set in memory and will write epoch
-//! snapshots through this interface (the RocksDB backend arrives with checkpoints; see
-//! docs/status.md). Keys are ordered bytes so that a window's state is one key range: firing a
-//! window and dropping its state are range operations.
+//! State backends. Operators keep their working set in memory and will write epoch snapshots
+//! through this interface (see docs/status.md for how far that is). Keys are ordered bytes so
+//! that a window's state is one key range: firing a window and dropping its state are range
+//! operations.
+//!
+//! [`MemoryStateBackend`] serves unit tests and jobs that need no durability; the RocksDB
+//! backend is on branch `wip/rocksdb-state` (see docs/status.md).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -60,12 +63,16 @@ impl StateBackend for MemoryStateBackend {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
-    fn range_delete_drops_one_window_and_keeps_the_rest() {
-        let mut s = MemoryStateBackend::default();
+    fn memory_backend_range_delete_drops_one_window_and_keeps_the_rest() {
+        range_delete_drops_one_window_and_keeps_the_rest(&mut MemoryStateBackend::default());
+    }
+
+    /// The contract every backend meets.
+    pub(crate) fn range_delete_drops_one_window_and_keeps_the_rest(s: &mut dyn StateBackend) {
         let mut b = WriteBatch::default();
         for w in [1u8, 2, 3] {
             for k in [b'a', b'b'] {

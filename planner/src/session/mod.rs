@@ -1,6 +1,11 @@
 //! A session: settings, the catalog, and statement execution. Front ends (REPL, script runner,
 //! wire server, tests) hand it statement texts and render what comes back.
 
+mod ddl;
+mod settings;
+
+use ddl::object_name;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,27 +14,20 @@ use crossbeam_channel::Receiver;
 use datafusion::arrow::array::{ArrayRef, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::common::DFSchema;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::planner::{ParserOptions, SqlToRel};
-use datafusion::sql::sqlparser::ast::{
-    CreateTable, CreateTableOptions, Expr as SqlExpr, ObjectName, ObjectType, SqlOption, Statement,
-    Value,
-};
-use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 use weir_connectors::sinks::{ChannelSink, SinkEvent};
-use weir_connectors::{create_source, Options};
 use weir_engine::{spawn_job, JobConfig, JobHandle, MetricsSnapshot};
 
-use crate::catalog::{Catalog, TableDef, TableWatermark};
+use crate::catalog::Catalog;
 use crate::context::{new_session_state, PlanningContext};
 use crate::error::{PlanError, Result};
-use crate::sql::{parse_statement, ParsedStatement, StatementText, WatermarkClause};
+use crate::sql::{parse_statement, ParsedStatement, StatementText};
 use crate::stream_plan::{reads_tables, StreamPlanner};
-use crate::window_tvf::{normalize, rewrite_window_functions};
+use crate::window_tvf::rewrite_window_functions;
 use crate::{invalid, not_supported};
 
 /// Session settings (`SET name = value`).
@@ -103,7 +101,7 @@ pub struct Session {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
-fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> StatementResult {
+pub(crate) fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> StatementResult {
     let schema = Arc::new(Schema::new(
         columns
             .iter()
@@ -120,30 +118,6 @@ fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> StatementResult {
     match RecordBatch::try_new(Arc::clone(&schema), arrays) {
         Ok(b) => StatementResult::Rows(schema, vec![b]),
         Err(e) => StatementResult::Command(format!("internal error: {e}")),
-    }
-}
-
-fn option_value(value: &SqlExpr) -> String {
-    match value {
-        SqlExpr::Value(v) => match &v.value {
-            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
-            Value::Number(n, _) => n.clone(),
-            Value::Boolean(b) => b.to_string(),
-            other => other.to_string(),
-        },
-        SqlExpr::Identifier(i) => i.value.clone(),
-        other => other.to_string(),
-    }
-}
-
-fn object_name(name: &ObjectName) -> Result<String> {
-    let parts = &name.0;
-    match parts.as_slice() {
-        [one] => one
-            .as_ident()
-            .map(normalize)
-            .ok_or_else(|| invalid!("invalid table name {name}")),
-        _ => Err(not_supported!("qualified table names ({name})")),
     }
 }
 
@@ -218,242 +192,8 @@ impl Session {
         }
     }
 
-    /// SET, SHOW and RESET, handled before parsing.
-    fn execute_setting(&mut self, text: &str) -> Result<Option<StatementResult>> {
-        let dialect = GenericDialect {};
-        let Ok(tokens) = Tokenizer::new(&dialect, text).tokenize() else {
-            return Ok(None);
-        };
-        let words: Vec<String> = tokens
-            .iter()
-            .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon))
-            .map(|t| match t {
-                Token::Word(w) => w.value.clone(),
-                Token::SingleQuotedString(s) => s.clone(),
-                other => other.to_string(),
-            })
-            .collect();
-        let upper: Vec<String> = words.iter().map(|w| w.to_ascii_uppercase()).collect();
-        match upper
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .as_slice()
-        {
-            ["SHOW", "TABLES"] => Ok(Some(self.show_tables())),
-            ["SHOW", "ALL"] => Ok(Some(self.show_settings(None)?)),
-            ["SHOW", _] if upper[1] != "CREATE" => Ok(Some(
-                self.show_settings(Some(&words[1].to_ascii_lowercase()))?,
-            )),
-            ["SET", _, "=" | "TO", ..] => {
-                let value = words[3..].join(" ");
-                self.set(&words[1].to_ascii_lowercase(), &value)?;
-                Ok(Some(StatementResult::Command("SET".into())))
-            }
-            ["SET", ..] => Err(invalid!("expected SET name = value")),
-            _ => Ok(None),
-        }
-    }
-
-    fn settings(&self) -> Vec<(&'static str, String, &'static str)> {
-        vec![(
-            "parallelism",
-            self.config.parallelism.to_string(),
-            "instances of each parallel stage",
-        )]
-    }
-
-    fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        match name {
-            "parallelism" => {
-                let n: usize = value
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| {
-                        invalid!("parallelism must be a positive whole number, got '{value}'")
-                    })?;
-                self.config.parallelism = n;
-                Ok(())
-            }
-            other => Err(invalid!(
-                "unknown setting '{other}' (settings: {})",
-                self.settings()
-                    .iter()
-                    .map(|s| s.0)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-        }
-    }
-
-    fn show_settings(&self, name: Option<&str>) -> Result<StatementResult> {
-        let all = self.settings();
-        let rows: Vec<Vec<String>> = all
-            .iter()
-            .filter(|s| name.is_none_or(|n| n == s.0))
-            .map(|s| vec![s.0.to_string(), s.1.clone(), s.2.to_string()])
-            .collect();
-        if rows.is_empty() {
-            return Err(invalid!(
-                "unknown setting '{}' (settings: {})",
-                name.unwrap_or_default(),
-                all.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
-            ));
-        }
-        Ok(text_rows(&["name", "setting", "description"], rows))
-    }
-
-    fn show_tables(&self) -> StatementResult {
-        let rows = self
-            .catalog
-            .tables()
-            .map(|t| {
-                vec![
-                    t.name.clone(),
-                    t.options.get("connector").unwrap_or_default().to_string(),
-                    t.watermark
-                        .as_ref()
-                        .map(|w| format!("{} AS {}", w.column, w.text))
-                        .unwrap_or_default(),
-                ]
-            })
-            .collect();
-        text_rows(&["name", "connector", "watermark"], rows)
-    }
-
-    fn describe(&self, name: &str) -> Result<StatementResult> {
-        let def = self
-            .catalog
-            .get(name)
-            .ok_or_else(|| PlanError::UnknownTable(name.to_string()))?;
-        let rows = def
-            .schema
-            .fields()
-            .iter()
-            .map(|f| {
-                let wm = match &def.watermark {
-                    Some(w) if &w.column == f.name() => format!("{} AS {}", w.column, w.text),
-                    _ => String::new(),
-                };
-                vec![
-                    f.name().clone(),
-                    f.data_type().to_string(),
-                    if f.is_nullable() { "YES" } else { "NO" }.to_string(),
-                    wm,
-                ]
-            })
-            .collect();
-        Ok(text_rows(
-            &["column_name", "data_type", "is_nullable", "watermark"],
-            rows,
-        ))
-    }
-
-    fn parser_options(&self) -> ParserOptions {
+    pub(super) fn parser_options(&self) -> ParserOptions {
         ParserOptions::new().with_map_string_types_to_utf8view(false)
-    }
-
-    fn create_table(
-        &mut self,
-        ct: CreateTable,
-        watermark: Option<WatermarkClause>,
-        text: &str,
-    ) -> Result<StatementResult> {
-        let name = object_name(&ct.name)?;
-        if self.catalog.get(&name).is_some() {
-            if ct.if_not_exists {
-                return Ok(StatementResult::Command("CREATE TABLE".into()));
-            }
-            if !ct.or_replace {
-                return Err(PlanError::TableExists(name));
-            }
-        }
-        if ct.query.is_some() {
-            return Err(not_supported!("CREATE TABLE ... AS SELECT"));
-        }
-        let declared = if ct.columns.is_empty() {
-            None
-        } else {
-            let ctx = PlanningContext::new(&self.state, &self.catalog);
-            let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
-            Some(Arc::new(planner.build_schema(ct.columns.clone())?))
-        };
-        let options = match &ct.table_options {
-            CreateTableOptions::With(o)
-            | CreateTableOptions::Options(o)
-            | CreateTableOptions::Plain(o) => o.clone(),
-            CreateTableOptions::None => Vec::new(),
-            CreateTableOptions::TableProperties(_) => {
-                return Err(not_supported!("TBLPROPERTIES; use WITH (...)"))
-            }
-        };
-        let mut pairs = Vec::new();
-        for o in &options {
-            match o {
-                SqlOption::KeyValue { key, value } => {
-                    pairs.push((key.value.clone(), option_value(value)))
-                }
-                other => {
-                    return Err(invalid!(
-                        "table {name}: expected option = 'value', got {other}"
-                    ))
-                }
-            }
-        }
-        let options = Options::new(pairs);
-        if options.get("connector").is_none() {
-            return Err(invalid!(
-                "table {name}: WITH (connector = ...) is required (connectors: {})",
-                weir_connectors::SOURCE_CONNECTORS.join(", ")
-            ));
-        }
-        let source = create_source(&name, declared, &options)?;
-        let schema = source.schema();
-        let watermark = match watermark {
-            None => None,
-            Some(w) => {
-                let column = normalize(&w.column);
-                let field = schema
-                    .field_with_name(&column)
-                    .map_err(|_| invalid!("table {name}: WATERMARK FOR names column '{column}', which the table does not have"))?;
-                if !matches!(field.data_type(), DataType::Timestamp(..)) {
-                    return Err(invalid!(
-                        "table {name}: WATERMARK FOR {column}: the column must be a TIMESTAMP, it is {}",
-                        field.data_type()
-                    ));
-                }
-                let df_schema = DFSchema::try_from_qualified_schema(name.as_str(), &schema)?;
-                let expr = self
-                    .state
-                    .create_logical_expr(&w.expr.to_string(), &df_schema)?;
-                let ty = datafusion::logical_expr::ExprSchemable::to_field(&expr, &df_schema)?
-                    .1
-                    .data_type()
-                    .clone();
-                if !matches!(ty, DataType::Timestamp(..)) {
-                    return Err(invalid!(
-                        "table {name}: the watermark expression {} must be a TIMESTAMP, it is {ty}",
-                        w.expr
-                    ));
-                }
-                Some(TableWatermark {
-                    column,
-                    text: w.expr.to_string(),
-                    expr,
-                })
-            }
-        };
-        self.catalog.insert(TableDef {
-            name,
-            schema,
-            watermark,
-            options,
-            source,
-            ddl: text.trim().to_string(),
-        })?;
-        Ok(StatementResult::Command("CREATE TABLE".into()))
     }
 
     /// SQL statement -> optimized logical plan.

@@ -1,0 +1,192 @@
+//! Catalog statements: CREATE TABLE, SHOW TABLES, DESCRIBE.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::DFSchema;
+use datafusion::sql::planner::SqlToRel;
+use datafusion::sql::sqlparser::ast::{
+    CreateTable, CreateTableOptions, Expr as SqlExpr, ObjectName, SqlOption, Value,
+};
+use weir_connectors::{create_source, Options};
+
+use super::{text_rows, Session, StatementResult};
+use crate::catalog::{TableDef, TableWatermark};
+use crate::context::PlanningContext;
+use crate::error::{PlanError, Result};
+use crate::sql::WatermarkClause;
+use crate::window_tvf::normalize;
+use crate::{invalid, not_supported};
+
+fn option_value(value: &SqlExpr) -> String {
+    match value {
+        SqlExpr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+            Value::Number(n, _) => n.clone(),
+            Value::Boolean(b) => b.to_string(),
+            other => other.to_string(),
+        },
+        SqlExpr::Identifier(i) => i.value.clone(),
+        other => other.to_string(),
+    }
+}
+
+pub(super) fn object_name(name: &ObjectName) -> Result<String> {
+    let parts = &name.0;
+    match parts.as_slice() {
+        [one] => one
+            .as_ident()
+            .map(normalize)
+            .ok_or_else(|| invalid!("invalid table name {name}")),
+        _ => Err(not_supported!("qualified table names ({name})")),
+    }
+}
+
+impl Session {
+    pub(super) fn show_tables(&self) -> StatementResult {
+        let rows = self
+            .catalog
+            .tables()
+            .map(|t| {
+                vec![
+                    t.name.clone(),
+                    t.options.get("connector").unwrap_or_default().to_string(),
+                    t.watermark
+                        .as_ref()
+                        .map(|w| format!("{} AS {}", w.column, w.text))
+                        .unwrap_or_default(),
+                ]
+            })
+            .collect();
+        text_rows(&["name", "connector", "watermark"], rows)
+    }
+
+    pub(super) fn describe(&self, name: &str) -> Result<StatementResult> {
+        let def = self
+            .catalog
+            .get(name)
+            .ok_or_else(|| PlanError::UnknownTable(name.to_string()))?;
+        let rows = def
+            .schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let wm = match &def.watermark {
+                    Some(w) if &w.column == f.name() => format!("{} AS {}", w.column, w.text),
+                    _ => String::new(),
+                };
+                vec![
+                    f.name().clone(),
+                    f.data_type().to_string(),
+                    if f.is_nullable() { "YES" } else { "NO" }.to_string(),
+                    wm,
+                ]
+            })
+            .collect();
+        Ok(text_rows(
+            &["column_name", "data_type", "is_nullable", "watermark"],
+            rows,
+        ))
+    }
+
+    pub(super) fn create_table(
+        &mut self,
+        ct: CreateTable,
+        watermark: Option<WatermarkClause>,
+        text: &str,
+    ) -> Result<StatementResult> {
+        let name = object_name(&ct.name)?;
+        if self.catalog.get(&name).is_some() {
+            if ct.if_not_exists {
+                return Ok(StatementResult::Command("CREATE TABLE".into()));
+            }
+            if !ct.or_replace {
+                return Err(PlanError::TableExists(name));
+            }
+        }
+        if ct.query.is_some() {
+            return Err(not_supported!("CREATE TABLE ... AS SELECT"));
+        }
+        let declared = if ct.columns.is_empty() {
+            None
+        } else {
+            let ctx = PlanningContext::new(&self.state, &self.catalog);
+            let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
+            Some(Arc::new(planner.build_schema(ct.columns.clone())?))
+        };
+        let options = match &ct.table_options {
+            CreateTableOptions::With(o)
+            | CreateTableOptions::Options(o)
+            | CreateTableOptions::Plain(o) => o.clone(),
+            CreateTableOptions::None => Vec::new(),
+            CreateTableOptions::TableProperties(_) => {
+                return Err(not_supported!("TBLPROPERTIES; use WITH (...)"))
+            }
+        };
+        let mut pairs = Vec::new();
+        for o in &options {
+            match o {
+                SqlOption::KeyValue { key, value } => {
+                    pairs.push((key.value.clone(), option_value(value)))
+                }
+                other => {
+                    return Err(invalid!(
+                        "table {name}: expected option = 'value', got {other}"
+                    ))
+                }
+            }
+        }
+        let options = Options::new(pairs);
+        if options.get("connector").is_none() {
+            return Err(invalid!(
+                "table {name}: WITH (connector = ...) is required (connectors: {})",
+                weir_connectors::SOURCE_CONNECTORS.join(", ")
+            ));
+        }
+        let source = create_source(&name, declared, &options)?;
+        let schema = source.schema();
+        let watermark = match watermark {
+            None => None,
+            Some(w) => {
+                let column = normalize(&w.column);
+                let field = schema
+                    .field_with_name(&column)
+                    .map_err(|_| invalid!("table {name}: WATERMARK FOR names column '{column}', which the table does not have"))?;
+                if !matches!(field.data_type(), DataType::Timestamp(..)) {
+                    return Err(invalid!(
+                        "table {name}: WATERMARK FOR {column}: the column must be a TIMESTAMP, it is {}",
+                        field.data_type()
+                    ));
+                }
+                let df_schema = DFSchema::try_from_qualified_schema(name.as_str(), &schema)?;
+                let expr = self
+                    .state
+                    .create_logical_expr(&w.expr.to_string(), &df_schema)?;
+                let ty = datafusion::logical_expr::ExprSchemable::to_field(&expr, &df_schema)?
+                    .1
+                    .data_type()
+                    .clone();
+                if !matches!(ty, DataType::Timestamp(..)) {
+                    return Err(invalid!(
+                        "table {name}: the watermark expression {} must be a TIMESTAMP, it is {ty}",
+                        w.expr
+                    ));
+                }
+                Some(TableWatermark {
+                    column,
+                    text: w.expr.to_string(),
+                    expr,
+                })
+            }
+        };
+        self.catalog.insert(TableDef {
+            name,
+            schema,
+            watermark,
+            options,
+            source,
+            ddl: text.trim().to_string(),
+        })?;
+        Ok(StatementResult::Command("CREATE TABLE".into()))
+    }
+}
