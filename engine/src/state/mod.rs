@@ -3,8 +3,15 @@
 //! that a window's state is one key range: firing a window and dropping its state are range
 //! operations.
 //!
-//! [`MemoryStateBackend`] serves unit tests and jobs that need no durability; the RocksDB
-//! backend is on branch `wip/rocksdb-state` (see docs/status.md).
+//! [`MemoryStateBackend`] serves unit tests and jobs that need no durability;
+//! `RocksDbStateBackend` (feature `rocksdb-state`, in progress, see docs/status.md) is durable
+//! and holds state larger than memory.
+
+#[cfg(feature = "rocksdb-state")]
+mod rocks;
+
+#[cfg(feature = "rocksdb-state")]
+pub use rocks::RocksDbStateBackend;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
