@@ -185,7 +185,7 @@ impl<'a> StreamPlanner<'a> {
                         "filter pushed into a stream scan".into(),
                     ));
                 }
-                let stream = self.plan_source(source, scan.table_name.to_string())?;
+                let stream = self.plan_source(source)?;
                 let full =
                     DFSchemaRef::new(datafusion::common::DFSchema::try_from_qualified_schema(
                         scan.table_name.clone(),
@@ -366,7 +366,7 @@ impl<'a> StreamPlanner<'a> {
     }
 
     /// A new source stage reading `source`, with its event-time handling.
-    fn plan_source(&mut self, source: &StreamTableSource, _name: String) -> Result<Stream> {
+    fn plan_source(&mut self, source: &StreamTableSource) -> Result<Stream> {
         let (table, window) = match &source.kind {
             ScanKind::Table(t) => (t.clone(), None),
             ScanKind::Window(w) => (w.table.clone(), Some(w.clone())),
@@ -436,7 +436,6 @@ impl<'a> StreamPlanner<'a> {
         }
         let input_arrow = arrow_schema(&input.schema);
         let mut keys: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
-        let mut key_text = Vec::new();
         let mut group_columns = Vec::new();
         let mut window: Option<WindowColumn> = None;
         let mut out_windows = Vec::new();
@@ -465,7 +464,6 @@ impl<'a> StreamPlanner<'a> {
                 None => {
                     group_columns.push(GroupColumn::Key(keys.len()));
                     keys.push(self.physical(e, &input.schema)?);
-                    key_text.push(e.to_string());
                     out_windows.push(None);
                 }
             }
@@ -508,7 +506,6 @@ impl<'a> StreamPlanner<'a> {
             output_schema: arrow_schema(&agg.schema),
             description,
         };
-        let _ = key_text;
         // Route by the non-window keys; with none, by the window, so windows spread over instances.
         let route: Vec<Arc<dyn PhysicalExpr>> = match (keys.is_empty(), window) {
             (false, _) => keys,

@@ -231,35 +231,24 @@ impl VisitorMut for Rewriter<'_> {
             )),
             _ => Err(not_supported!("table function {name}")),
         };
-        match result {
-            Ok((table, source)) => {
-                let synthetic = format!("__weir_window_{}", self.found.len());
-                *name = ObjectName::from(vec![Ident::new(synthetic.clone())]);
-                factor_clear_args(factor);
-                if let TableFactor::Table { alias, .. } = factor {
-                    if alias.is_none() {
-                        *alias = Some(TableAlias {
-                            explicit: true,
-                            name: Ident::new(table),
-                            columns: vec![],
-                            at: None,
-                        });
-                    }
-                }
-                self.found.push((synthetic, source));
-                ControlFlow::Continue(())
-            }
-            Err(e) => {
-                let _ = alias;
-                ControlFlow::Break(e)
-            }
+        let (table, source) = match result {
+            Ok(found) => found,
+            Err(e) => return ControlFlow::Break(e),
+        };
+        let synthetic = format!("__weir_window_{}", self.found.len());
+        *name = ObjectName::from(vec![Ident::new(synthetic.clone())]);
+        // Keep the relation's name: the call's alias, or else the table's.
+        alias.get_or_insert_with(|| TableAlias {
+            explicit: true,
+            name: Ident::new(table),
+            columns: vec![],
+            at: None,
+        });
+        if let TableFactor::Table { args, .. } = factor {
+            *args = None;
         }
-    }
-}
-
-fn factor_clear_args(factor: &mut TableFactor) {
-    if let TableFactor::Table { args, .. } = factor {
-        *args = None;
+        self.found.push((synthetic, source));
+        ControlFlow::Continue(())
     }
 }
 

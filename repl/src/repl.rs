@@ -43,7 +43,6 @@ pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
     );
     let mut runner = Runner::new(session, format, interrupted);
     let mut buffer = String::new();
-    let mut line_no = 1u64;
     loop {
         let prompt = if buffer.trim().is_empty() {
             "weir> "
@@ -84,7 +83,6 @@ pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
                         eprintln!("error: {e:#}");
                     }
                 }
-                line_no += 1;
                 buffer = tail.map(|t| t.text).unwrap_or_default();
             }
             Err(ReadlineError::Interrupted) => {
@@ -97,7 +95,6 @@ pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
             }
         }
     }
-    let _ = line_no;
     if let Some(h) = &history {
         let _ = editor.save_history(h);
     }
