@@ -3,6 +3,7 @@
 //! A table's `WITH (connector = '...', ...)` options are validated here, when the table is
 //! created, so a typo is reported at once and names the option.
 
+pub mod display;
 pub mod error;
 pub mod file;
 pub mod nexmark;
@@ -12,13 +13,40 @@ pub mod sinks;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use weir_engine::SourceFactory;
+use weir_engine::{OperatorFactory, SourceFactory};
 
 pub use error::{ConnectorError, Result};
 pub use options::Options;
 
 /// The connectors a table can name.
 pub const SOURCE_CONNECTORS: &[&str] = &["file", "nexmark"];
+/// The connectors a sink can name.
+pub const SINK_CONNECTORS: &[&str] = &["file"];
+
+/// Builds a sink from its WITH options; `job` names the job (part files carry it).
+pub fn create_sink(
+    sink: &str,
+    job: &str,
+    schema: SchemaRef,
+    options: &Options,
+    exactly_once: bool,
+) -> Result<Arc<dyn OperatorFactory>> {
+    let mut options = options.clone();
+    let connector = options.take_required("connector")?;
+    match connector.as_str() {
+        "file" => Ok(Arc::new(sinks::FileSinkFactory::from_options(
+            sink,
+            job,
+            schema,
+            &mut options,
+            exactly_once,
+        )?)),
+        other => Err(ConnectorError::UnknownConnector {
+            name: other.to_string(),
+            known: SINK_CONNECTORS.join(", "),
+        }),
+    }
+}
 
 /// Builds a source factory from a table's schema and WITH options. Every option must be
 /// understood; an unknown one is an error naming it.

@@ -228,8 +228,21 @@ impl SourceFactory for NexmarkSourceFactory {
         self.events.is_some()
     }
 
-    fn create(&self, _task: &TaskInfo) -> EngineResult<Box<dyn SourceReader>> {
-        Ok(Box::new(self.reader_at(0)))
+    fn create(
+        &self,
+        _task: &TaskInfo,
+        position: Option<&[u8]>,
+    ) -> EngineResult<Box<dyn SourceReader>> {
+        let offset = match position {
+            None => 0,
+            Some(bytes) => u64::from_be_bytes(bytes.try_into().map_err(|_| {
+                EngineError::State(format!(
+                    "table {}: unreadable checkpointed nexmark offset",
+                    self.table
+                ))
+            })?),
+        };
+        Ok(Box::new(self.reader_at(offset)))
     }
 }
 
@@ -390,6 +403,10 @@ impl NexmarkReader {
 impl SourceReader for NexmarkReader {
     fn schema(&self) -> SchemaRef {
         self.spec.schema.clone()
+    }
+
+    fn position(&self) -> Vec<u8> {
+        self.offset().to_be_bytes().to_vec()
     }
 
     fn poll_next(&mut self) -> EngineResult<SourcePoll> {

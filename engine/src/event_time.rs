@@ -81,6 +81,12 @@ impl EventTimeAssigner {
         }
     }
 
+    /// Continues from a checkpointed watermark (the running maximum), so that rows replayed
+    /// after a restart are judged late exactly as before.
+    pub fn restore_watermark(&mut self, watermark: EventTime) {
+        self.watermark = self.watermark.max(watermark);
+    }
+
     /// The partition's watermark after the rows assigned so far.
     pub fn watermark(&self) -> EventTime {
         self.watermark

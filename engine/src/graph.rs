@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use datafusion::physical_expr::PhysicalExpr;
 
+use crate::checkpoint::Committer;
 use crate::error::Result;
 use crate::event_time::EventTimeSpec;
 use crate::metrics::JobMetrics;
 use crate::operator::Operator;
 use crate::source::SourceReader;
+use crate::state::StateHandle;
 
 /// What an operator or source instance learns about where it runs.
 #[derive(Debug, Clone)]
@@ -20,6 +22,8 @@ pub struct TaskInfo {
     pub instance: usize,
     pub parallelism: usize,
     pub metrics: Arc<JobMetrics>,
+    /// The operator's state: its task's store under the operator's own key prefix.
+    pub state: StateHandle,
 }
 
 /// Builds one operator instance per task. Also describes itself for EXPLAIN.
@@ -27,6 +31,10 @@ pub trait OperatorFactory: Send + Sync {
     /// One line for EXPLAIN, e.g. `Filter: price > 10`.
     fn describe(&self) -> String;
     fn create(&self, task: &TaskInfo) -> Result<Box<dyn Operator>>;
+    /// The commit side of a transactional sink; `None` for every other operator.
+    fn committer(&self) -> Option<Arc<dyn Committer>> {
+        None
+    }
 }
 
 /// Builds the reader of one source partition.
@@ -42,7 +50,9 @@ pub trait SourceFactory: Send + Sync {
     fn partitions(&self) -> Result<usize> {
         Ok(1)
     }
-    fn create(&self, task: &TaskInfo) -> Result<Box<dyn SourceReader>>;
+    /// A reader of partition `task.instance`, from the start or from `position` (what
+    /// [`SourceReader::position`] returned at a checkpoint).
+    fn create(&self, task: &TaskInfo, position: Option<&[u8]>) -> Result<Box<dyn SourceReader>>;
 }
 
 /// How rows travel from an upstream stage to the instances of a downstream stage.

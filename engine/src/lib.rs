@@ -10,6 +10,7 @@
 //! alignment, routing rows through keyed exchanges, event-time assignment at the sources, and
 //! job-wide metrics. Operators implement the small [`Operator`] trait.
 
+pub mod checkpoint;
 pub mod error;
 pub mod event_time;
 pub mod graph;
@@ -31,6 +32,6 @@ pub use graph::{
 pub use message::{Barrier, BarrierKind, Message, WATERMARK_MAX, WATERMARK_MIN};
 pub use metrics::{JobMetrics, MetricsSnapshot};
 pub use operator::{Operator, Output};
-pub use runtime::{spawn_job, JobConfig, JobHandle};
+pub use runtime::{partition_of_rows, spawn_job, JobConfig, JobHandle};
 pub use source::{SourcePoll, SourceReader};
 pub use window::WindowSpec;

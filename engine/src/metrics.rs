@@ -41,6 +41,12 @@ pub struct MetricsSnapshot {
     pub watermark: i64,
 }
 
+impl Default for MetricsSnapshot {
+    fn default() -> Self {
+        JobMetrics::default().snapshot()
+    }
+}
+
 impl JobMetrics {
     pub fn add_rows_in(&self, n: u64) {
         self.rows_in.fetch_add(n, Ordering::Relaxed);

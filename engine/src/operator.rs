@@ -44,15 +44,15 @@ pub trait Operator: Send {
         Ok(watermark)
     }
 
-    /// All inputs delivered the barrier of `epoch` (aligned by the runtime): make this epoch's
-    /// state durable. Sinks pre-commit here.
-    fn snapshot(&mut self, _epoch: u64) -> Result<()> {
-        Ok(())
-    }
-
-    /// The checkpoint of `epoch` is complete (its manifest is written). Sinks commit here.
-    fn commit(&mut self, _epoch: u64) -> Result<()> {
-        Ok(())
+    /// All inputs delivered the barrier of `epoch` (aligned by the runtime): write this
+    /// epoch's state through the operator's [`crate::state::StateHandle`]; the runtime then
+    /// checkpoints the task's store. A sink pre-commits here (its output up to the barrier
+    /// becomes durable, not yet visible) and returns what its
+    /// [`crate::checkpoint::Committer`] needs to commit it once the checkpoint is complete.
+    /// At the end of input this is called once more, with the next epoch, for what the sink
+    /// received after the last barrier.
+    fn snapshot(&mut self, _epoch: u64) -> Result<Option<Vec<u8>>> {
+        Ok(None)
     }
 
     /// Every input ended. Emit anything still held.

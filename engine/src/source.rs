@@ -29,4 +29,8 @@ pub trait SourceReader: Send {
     fn skipped_rows(&self) -> u64 {
         0
     }
+
+    /// Where the next poll reads from (file offset, generator sequence), recorded in each
+    /// checkpoint and handed back to [`crate::SourceFactory::create`] on a restart.
+    fn position(&self) -> Vec<u8>;
 }

@@ -7,8 +7,8 @@
 
 pub mod catalog;
 pub mod context;
-pub mod display;
 pub mod error;
+pub mod jobs;
 pub mod session;
 pub mod sql;
 pub mod stream_plan;
@@ -17,3 +17,6 @@ pub mod window_tvf;
 pub use catalog::{Catalog, TableDef};
 pub use error::{PlanError, Result};
 pub use session::{QueryRun, Session, SessionConfig, StatementResult};
+
+/// Text forms of values (kept in the connectors, which the file sink shares).
+pub use weir_connectors::display;

@@ -16,18 +16,28 @@ use crate::output::Format;
 #[derive(Debug, Parser)]
 #[command(name = "weir", version, about)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Run the statements of this SQL script, then exit.
     #[arg(short = 'f', long = "file")]
     file: Option<PathBuf>,
     /// How query results are printed.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
-    /// Directory for the catalog (and, later, state and checkpoints).
-    #[arg(long)]
+    /// Directory for the catalog, sink jobs, their state and checkpoints.
+    #[arg(long, global = true)]
     data_dir: Option<PathBuf>,
-    /// Instances of each parallel stage (default: number of cores).
-    #[arg(long)]
+    /// Instances of each parallel stage (default: number of cores). With `resume`, the
+    /// parallelism the jobs resume at (default: as they were created).
+    #[arg(long, global = true)]
     parallelism: Option<usize>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Resume every unfinished sink job of --data-dir from its newest checkpoint, wait until
+    /// the bounded ones finish (Ctrl-C stops the rest with a final checkpoint), then exit.
+    Resume,
 }
 
 fn main() -> ExitCode {
@@ -43,6 +53,16 @@ fn main() -> ExitCode {
         }
         config.parallelism = p;
     }
+    let resume = matches!(cli.command, Some(Command::Resume));
+    if resume {
+        if cli.data_dir.is_none() {
+            eprintln!("error: weir resume needs --data-dir DIR");
+            return ExitCode::from(2);
+        }
+        config.resume_parallelism = cli.parallelism;
+    }
+    // Installed before jobs resume, so Ctrl-C stops them with a checkpoint.
+    let interrupted = (resume || cli.file.is_some()).then(runner::install_interrupt_handler);
     let (mut session, warnings) = match Session::open(config) {
         Ok(s) => s,
         Err(e) => {
@@ -53,6 +73,14 @@ fn main() -> ExitCode {
     for w in warnings {
         eprintln!("warning: {w}");
     }
+    if let (true, Some(interrupted)) = (resume, interrupted.clone()) {
+        let mut runner = runner::Runner::new(&mut session, cli.format, interrupted);
+        return if runner.wait_for_jobs() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     match cli.file {
         Some(path) => {
             let script = match std::fs::read_to_string(&path) {
@@ -62,7 +90,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let interrupted = runner::install_interrupt_handler();
+            let interrupted = interrupted.unwrap_or_else(runner::install_interrupt_handler);
             let mut runner = runner::Runner::new(&mut session, cli.format, interrupted);
             if runner.run_script(&script, &path.display().to_string()) {
                 ExitCode::SUCCESS

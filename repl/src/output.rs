@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::Result;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_planner::display::batch_rows;
+use weir_planner::display::{batch_rows, csv_header, csv_line, json_line};
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -18,14 +18,6 @@ pub enum Format {
 
 fn rows(batch: &RecordBatch) -> Result<Vec<Vec<Option<String>>>> {
     Ok(batch_rows(batch)?)
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
 }
 
 /// Writes results as they arrive, in one format.
@@ -51,13 +43,7 @@ impl<W: Write> ResultWriter<W> {
             return Ok(());
         }
         self.header_written = true;
-        let names: Vec<String> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| csv_field(f.name()))
-            .collect();
-        writeln!(self.out, "{}", names.join(","))?;
+        writeln!(self.out, "{}", csv_header(&self.schema, ','))?;
         Ok(())
     }
 
@@ -66,32 +52,8 @@ impl<W: Write> ResultWriter<W> {
         self.header()?;
         for row in rows(batch)? {
             match self.format {
-                Format::Csv => {
-                    let fields: Vec<String> = row
-                        .iter()
-                        .map(|v| v.as_deref().map(csv_field).unwrap_or_default())
-                        .collect();
-                    writeln!(self.out, "{}", fields.join(","))?;
-                }
-                Format::Json => {
-                    let mut obj = serde_json::Map::new();
-                    for ((field, value), col) in
-                        self.schema.fields().iter().zip(row).zip(batch.columns())
-                    {
-                        let v = match value {
-                            None => serde_json::Value::Null,
-                            Some(s) if col.data_type().is_numeric() => {
-                                serde_json::from_str(&s).unwrap_or(serde_json::Value::String(s))
-                            }
-                            Some(s) if *col.data_type() == DataType::Boolean => {
-                                serde_json::Value::Bool(s == "true")
-                            }
-                            Some(s) => serde_json::Value::String(s),
-                        };
-                        obj.insert(field.name().clone(), v);
-                    }
-                    writeln!(self.out, "{}", serde_json::Value::Object(obj))?;
-                }
+                Format::Csv => writeln!(self.out, "{}", csv_line(&row, ','))?,
+                Format::Json => writeln!(self.out, "{}", json_line(&batch.schema(), row))?,
                 Format::Table => {}
             }
         }
@@ -215,16 +177,4 @@ pub fn render_table(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Strin
     out.push_str(&line);
     out.push('\n');
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn csv_fields_are_quoted_when_needed() {
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_field("plain"), "plain");
-    }
 }

@@ -50,7 +50,9 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Runs a whole script; stops at the first failing statement. Returns whether all succeeded.
+    /// Runs a whole script; stops at the first failing statement. Then waits for the sink
+    /// jobs to end (bounded ones finish; Ctrl-C stops the others with a final checkpoint).
+    /// Returns whether all succeeded.
     pub fn run_script(&mut self, script: &str, name: &str) -> bool {
         let (mut statements, tail) = split_statements(script);
         statements.extend(tail);
@@ -60,7 +62,34 @@ impl<'a> Runner<'a> {
                 return false;
             }
         }
-        true
+        self.wait_for_jobs()
+    }
+
+    /// Waits for the session's sink jobs; reports how each ended. Returns whether none failed.
+    pub fn wait_for_jobs(&mut self) -> bool {
+        if !self.session.has_running_jobs() {
+            return true;
+        }
+        self.interrupted.store(false, Ordering::SeqCst);
+        match self.session.wait_for_jobs(&self.interrupted) {
+            Ok(jobs) => {
+                let mut ok = true;
+                for (name, state, error) in jobs {
+                    match error {
+                        Some(e) => {
+                            ok = false;
+                            eprintln!("error: job {name} failed: {e}");
+                        }
+                        None => eprintln!("job {name}: {}", state.as_str()),
+                    }
+                }
+                ok
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                false
+            }
+        }
     }
 
     /// Runs one statement and prints its result.

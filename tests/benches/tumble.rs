@@ -61,6 +61,7 @@ fn run_weir(parallelism: usize, ddl: &str, query: &str) -> (f64, u64, usize) {
     let (mut session, _) = Session::open(SessionConfig {
         parallelism,
         data_dir: None,
+        ..SessionConfig::default()
     })
     .unwrap();
     let stmt = |t: &str| StatementText {

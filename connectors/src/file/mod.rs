@@ -39,6 +39,7 @@ const OPTIONS: &[&str] = &[
     "delimiter",
     "bad_rows",
     "batch_size",
+    "rate",
 ];
 
 /// What to do with a row that cannot be parsed.
@@ -57,6 +58,9 @@ pub struct FileSourceFactory {
     pub schema: SchemaRef,
     pub bad_rows: BadRows,
     pub batch_size: usize,
+    /// Replay speed: at most this many rows per second per partition (`None`: as fast as
+    /// possible).
+    pub rate: Option<u64>,
 }
 
 impl FileSourceFactory {
@@ -128,6 +132,14 @@ impl FileSourceFactory {
                 reason: "expected a positive number".into(),
             });
         }
+        let rate = options.take_parsed::<u64>("rate", "rows per second, a positive number")?;
+        if rate == Some(0) {
+            return Err(ConnectorError::InvalidOption {
+                option: "rate".into(),
+                value: "0".into(),
+                reason: "expected rows per second, a positive number".into(),
+            });
+        }
         options.finish("file", OPTIONS)?;
         Ok(Self {
             table: table.to_string(),
@@ -136,6 +148,7 @@ impl FileSourceFactory {
             schema,
             bad_rows,
             batch_size,
+            rate,
         })
     }
 
@@ -192,6 +205,8 @@ impl FileSourceFactory {
                 && matches!(self.format, FileFormat::Csv { header: true, .. }),
             records,
             skipped: 0,
+            started: std::time::Instant::now(),
+            read: 0,
         })
     }
 }
@@ -218,7 +233,11 @@ impl SourceFactory for FileSourceFactory {
         Ok(self.files()?.len())
     }
 
-    fn create(&self, task: &TaskInfo) -> EngineResult<Box<dyn SourceReader>> {
+    fn create(
+        &self,
+        task: &TaskInfo,
+        position: Option<&[u8]>,
+    ) -> EngineResult<Box<dyn SourceReader>> {
         let files = self.files()?;
         let file = files.get(task.instance).ok_or_else(|| {
             EngineError::Internal(format!(
@@ -227,7 +246,30 @@ impl SourceFactory for FileSourceFactory {
                 files.len()
             ))
         })?;
-        Ok(Box::new(self.reader_at(file, FilePosition::START)?))
+        let start = match position {
+            None => FilePosition::START,
+            Some(bytes) => {
+                let (name, at) = decode_position(bytes).ok_or_else(|| {
+                    EngineError::State(format!(
+                        "table {}: unreadable checkpointed position of '{}'",
+                        self.table,
+                        file.display()
+                    ))
+                })?;
+                if name != file_name(file) {
+                    return Err(EngineError::BadInput(format!(
+                        "table {}: partition {} was file '{name}' at the checkpoint, now it is \
+                         '{}'; the files of '{}' changed, so the job cannot resume",
+                        self.table,
+                        task.instance,
+                        file.display(),
+                        self.path.display()
+                    )));
+                }
+                at
+            }
+        };
+        Ok(Box::new(self.reader_at(file, start)?))
     }
 }
 
@@ -238,14 +280,12 @@ pub struct FileReader {
     skip_header: bool,
     records: RecordReader,
     skipped: u64,
+    /// For the rate limit: when reading started and records read since.
+    started: std::time::Instant,
+    read: u64,
 }
 
 impl FileReader {
-    /// Where the next batch starts (a checkpoint records this).
-    pub fn position(&self) -> FilePosition {
-        self.records.position()
-    }
-
     /// Decodes records one by one: the bad ones fail the query or are skipped.
     fn decode_slowly(&mut self, recs: &records::Records) -> EngineResult<RecordBatch> {
         let mut good = Vec::new();
@@ -274,16 +314,52 @@ impl FileReader {
     }
 }
 
+fn file_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// A checkpointed position: offset and line (big-endian), then the file's name.
+fn encode_position(file: &std::path::Path, at: FilePosition) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16);
+    out.extend_from_slice(&at.offset.to_be_bytes());
+    out.extend_from_slice(&at.line.to_be_bytes());
+    out.extend_from_slice(file_name(file).as_bytes());
+    out
+}
+
+fn decode_position(bytes: &[u8]) -> Option<(String, FilePosition)> {
+    let offset = u64::from_be_bytes(bytes.get(0..8)?.try_into().ok()?);
+    let line = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
+    let name = String::from_utf8(bytes.get(16..)?.to_vec()).ok()?;
+    Some((name, FilePosition { offset, line }))
+}
+
 impl SourceReader for FileReader {
     fn schema(&self) -> SchemaRef {
         self.spec.schema.clone()
     }
 
+    fn position(&self) -> Vec<u8> {
+        encode_position(&self.file, self.records.position())
+    }
+
     fn poll_next(&mut self) -> EngineResult<SourcePoll> {
         loop {
-            let Some(mut recs) = self.records.next_records(self.spec.batch_size)? else {
+            let mut want = self.spec.batch_size;
+            if let Some(rate) = self.spec.rate {
+                let allowed = (self.started.elapsed().as_secs_f64() * rate as f64) as u64;
+                let budget = allowed.saturating_sub(self.read);
+                if budget == 0 {
+                    return Ok(SourcePoll::Pending);
+                }
+                want = want.min(budget as usize);
+            }
+            let Some(mut recs) = self.records.next_records(want)? else {
                 return Ok(SourcePoll::Exhausted);
             };
+            self.read += recs.len() as u64;
             if self.skip_header && !recs.is_empty() {
                 self.skip_header = false;
                 let (_, end, _) = recs.spans.remove(0);

@@ -1,5 +1,7 @@
 //! Sinks: operators at the end of a job that hand its results on.
 
 pub mod channel;
+pub mod file;
 
 pub use channel::{ChannelSink, SinkEvent};
+pub use file::FileSinkFactory;

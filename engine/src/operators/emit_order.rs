@@ -7,7 +7,8 @@
 //!   Instances fire at their own pace, so rows of later windows may already be here; they wait
 //!   for their own watermark. Without a window column in the output, everything held is
 //!   emitted at each watermark.
-//! - state: result rows not yet emitted.
+//! - state: result rows not yet emitted; written to the task's store at each barrier and read
+//!   back on restore.
 //! - at end: the rest, sorted.
 
 use std::sync::Arc;
@@ -25,6 +26,8 @@ use crate::event_time::timestamps_as_nanos;
 use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::EventTime;
 use crate::operator::{Operator, Output};
+use crate::operators::window_state::{decode_batch, encode_batch};
+use crate::state::{StateHandle, WriteBatch};
 
 /// Plan node of the emit-order step.
 #[derive(Debug, Clone)]
@@ -40,10 +43,21 @@ impl OperatorFactory for EmitOrderSpec {
         "EmitOrder: each watermark's results sorted by all columns".into()
     }
 
-    fn create(&self, _task: &TaskInfo) -> Result<Box<dyn Operator>> {
+    fn create(&self, task: &TaskInfo) -> Result<Box<dyn Operator>> {
+        let mut pending = Vec::new();
+        if let Some(restore) = task.state.restore() {
+            let (lo, hi) = task.state.all();
+            for store in &restore.stores {
+                for (_, v) in store.scan(&lo, &hi)? {
+                    pending.push(decode_batch(&v)?);
+                }
+            }
+        }
         Ok(Box::new(EmitOrderOperator {
             spec: self.clone(),
-            pending: Vec::new(),
+            stored: !pending.is_empty(),
+            pending,
+            state: task.state.clone(),
         }))
     }
 }
@@ -52,6 +66,9 @@ impl OperatorFactory for EmitOrderSpec {
 pub struct EmitOrderOperator {
     spec: EmitOrderSpec,
     pending: Vec<RecordBatch>,
+    state: StateHandle,
+    /// Whether the store holds rows from an earlier snapshot (to be replaced).
+    stored: bool,
 }
 
 impl EmitOrderOperator {
@@ -119,5 +136,22 @@ impl Operator for EmitOrderOperator {
 
     fn finish(&mut self, out: &mut Output) -> Result<()> {
         self.flush(i64::MAX, out)
+    }
+
+    fn snapshot(&mut self, _epoch: u64) -> Result<Option<Vec<u8>>> {
+        if self.pending.is_empty() && !self.stored {
+            return Ok(None);
+        }
+        let mut batch = WriteBatch {
+            puts: Vec::new(),
+            delete_ranges: vec![self.state.all()],
+        };
+        if !self.pending.is_empty() {
+            let all = concat_batches(&self.spec.schema, &self.pending)?;
+            batch.puts.push((self.state.key(&[0]), encode_batch(&all)?));
+        }
+        self.stored = !self.pending.is_empty();
+        self.state.store()?.write(batch)?;
+        Ok(None)
     }
 }

@@ -6,6 +6,7 @@ pub mod emit_order;
 pub mod limit;
 pub mod sort;
 pub mod window_aggregate;
+mod window_state;
 
 pub use calc::CalcOperator;
 pub use emit_order::EmitOrderSpec;

@@ -11,7 +11,13 @@
 //!   (the source drops late rows first, so this only guards the invariant).
 //! - without a window (a plain GROUP BY over a bounded source) there is one window that fires
 //!   when the watermark reaches +infinity, i.e. at end of input.
-//! - at barrier: nothing yet (state is in memory in this version; see docs/status.md).
+//! - memory: open windows live in memory up to the task's budget; past it, the windows that
+//!   fire last are spilled to the task's store as partial states ([`WindowStore`]) and merged
+//!   back when they fire.
+//! - at barrier: every window in memory is written to the store as a partial state, so the
+//!   store holds the whole state of the epoch; the runtime then checkpoints the store.
+//! - restore: the stored parts are the state; with a changed parallelism only the groups
+//!   whose key routes to this instance are kept.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +42,7 @@ use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MAX};
 use crate::metrics::JobMetrics;
 use crate::operator::{Operator, Output};
+use crate::operators::window_state::{PartRoute, WindowStore};
 
 /// Which window column the input carries and groups by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +98,13 @@ impl OperatorFactory for WindowAggregateSpec {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
+        let mut state_fields = key_fields.clone();
+        let mut state_widths = Vec::with_capacity(self.aggregates.len());
+        for agg in &self.aggregates {
+            let fields = agg.state_fields()?;
+            state_widths.push(fields.len());
+            state_fields.extend(fields.iter().map(|f| f.as_ref().clone()));
+        }
         let mut windows = BTreeMap::new();
         if self.window.is_none() && self.keys.is_empty() {
             // A global aggregate yields one row even over no input, as in batch SQL.
@@ -99,13 +113,22 @@ impl OperatorFactory for WindowAggregateSpec {
                 WindowGroups::new(self, &Arc::new(Schema::new(key_fields.clone())))?,
             );
         }
+        let route = match (self.keys.len(), self.window) {
+            (0, Some(WindowColumn::Start { size, .. })) => PartRoute::Window { shift: size },
+            (0, Some(WindowColumn::End { .. })) => PartRoute::Window { shift: 0 },
+            (n, _) => PartRoute::Keys(n),
+        };
         Ok(Box::new(WindowAggregateOperator {
             spec: self.clone(),
             key_schema: Arc::new(Schema::new(key_fields)),
+            state_schema: Arc::new(Schema::new(state_fields)),
+            state_widths,
             windows,
             watermark: i64::MIN,
             metrics: Arc::clone(&task.metrics),
             group_ids: Vec::new(),
+            budget: task.state.memory_budget(),
+            store: WindowStore::open(task.state.clone(), route)?,
         }))
     }
 }
@@ -150,6 +173,12 @@ impl WindowGroups {
     fn num_groups(&self) -> usize {
         self.groups.as_ref().map_or(1, |g| g.len())
     }
+
+    /// Bytes held.
+    fn size(&self) -> usize {
+        self.groups.as_ref().map_or(0, |g| g.size())
+            + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
+    }
 }
 
 /// A running window aggregation (one instance).
@@ -161,6 +190,14 @@ pub struct WindowAggregateOperator {
     watermark: EventTime,
     metrics: Arc<JobMetrics>,
     group_ids: Vec<usize>,
+    /// Group keys then every accumulator's state columns: the layout of a stored part.
+    state_schema: SchemaRef,
+    /// State columns of each accumulator.
+    state_widths: Vec<usize>,
+    /// Bytes of window state kept in memory before spilling.
+    budget: usize,
+    /// Windows spilled or snapshotted to the task's store.
+    store: WindowStore,
 }
 
 /// The evaluated inputs of one batch: keys, aggregate arguments and filters.
@@ -264,6 +301,90 @@ impl WindowAggregateOperator {
         Ok(())
     }
 
+    /// The partial state of a window, as one batch of [`Self::state_schema`] (consumes it);
+    /// `None` when the window holds nothing (a global aggregate before its first row).
+    fn to_part(&self, mut window: WindowGroups) -> Result<Option<RecordBatch>> {
+        let mut columns = match &mut window.groups {
+            Some(g) => g.emit(EmitTo::All)?,
+            None => Vec::new(),
+        };
+        for acc in window.accumulators.iter_mut() {
+            columns.extend(acc.state(EmitTo::All)?);
+        }
+        let n = columns.first().map_or(0, |c| c.len());
+        if n == 0 {
+            return Ok(None);
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
+        Ok(Some(RecordBatch::try_new_with_options(
+            Arc::clone(&self.state_schema),
+            columns,
+            &options,
+        )?))
+    }
+
+    /// Merges a stored partial state into a window.
+    fn merge_part(&mut self, window: &mut WindowGroups, part: &RecordBatch) -> Result<()> {
+        let keys = self.spec.keys.len();
+        match &mut window.groups {
+            Some(groups) => groups.intern(&part.columns()[..keys], &mut self.group_ids)?,
+            None => {
+                self.group_ids.clear();
+                self.group_ids.resize(part.num_rows(), 0);
+            }
+        }
+        let total = window.num_groups();
+        let mut at = keys;
+        for (acc, width) in window.accumulators.iter_mut().zip(&self.state_widths) {
+            acc.merge_batch(&part.columns()[at..at + width], &self.group_ids, total)?;
+            at += width;
+        }
+        Ok(())
+    }
+
+    /// Writes windows in memory to the store, latest end first,
+    /// until at most `target` bytes are held; `target == 0` writes them all.
+    fn spill(&mut self, target: usize) -> Result<()> {
+        let mut held: usize = self.windows.values().map(|w| w.size()).sum();
+        let mut parts = Vec::new();
+        let mut empty = Vec::new();
+        while held > target || (target == 0 && !self.windows.is_empty()) {
+            let Some((end, window)) = self.windows.pop_last() else {
+                break;
+            };
+            held = held.saturating_sub(window.size());
+            match self.to_part(window)? {
+                Some(part) => parts.push((end, part)),
+                // Nothing to store, but the window must still fire (a global aggregate
+                // yields its row even over no input).
+                None => empty.push(end),
+            }
+        }
+        for end in empty {
+            self.windows
+                .insert(end, WindowGroups::new(&self.spec, &self.key_schema)?);
+        }
+        self.store.write_parts(parts)
+    }
+
+    /// Fires the window ending at `end`: its memory part merged with its stored parts.
+    fn fire(&mut self, end: EventTime, out: &mut Output) -> Result<()> {
+        let mut window = match self.windows.remove(&end) {
+            Some(w) => w,
+            None => WindowGroups::new(&self.spec, &self.key_schema)?,
+        };
+        if self.store.has(end) {
+            let schema = Arc::clone(&self.state_schema);
+            for part in self.store.take(end, &schema)? {
+                self.merge_part(&mut window, &part)?;
+            }
+        }
+        if let Some(batch) = self.emit(end, window)? {
+            out.emit(batch);
+        }
+        Ok(())
+    }
+
     /// Emits the final rows of one window.
     fn emit(&self, end: EventTime, mut window: WindowGroups) -> Result<Option<RecordBatch>> {
         let keys = match &mut window.groups {
@@ -288,8 +409,16 @@ impl WindowAggregateOperator {
                 GroupColumn::WindowEnd => Arc::new(TimestampNanosecondArray::from_value(end, n)),
             });
         }
-        for acc in window.accumulators.iter_mut() {
-            columns.push(acc.evaluate(EmitTo::All)?);
+        for (i, acc) in window.accumulators.iter_mut().enumerate() {
+            let values = acc.evaluate(EmitTo::All)?;
+            if values.len() != n {
+                return Err(EngineError::Internal(format!(
+                    "window ending {end}: {n} groups, but aggregate {} gave {} values",
+                    self.spec.aggregates[i].name(),
+                    values.len()
+                )));
+            }
+            columns.push(values);
         }
         let fields = self.spec.output_schema.fields();
         let columns = columns
@@ -312,6 +441,20 @@ impl WindowAggregateOperator {
     }
 }
 
+impl WindowAggregateOperator {
+    /// Spills windows when memory holds more than the budget, down to half of it.
+    fn enforce_budget(&mut self) -> Result<()> {
+        if self.budget == usize::MAX {
+            return Ok(());
+        }
+        let held: usize = self.windows.values().map(|w| w.size()).sum();
+        if held > self.budget {
+            self.spill(self.budget / 2)?;
+        }
+        Ok(())
+    }
+}
+
 impl Operator for WindowAggregateOperator {
     fn name(&self) -> &str {
         "WindowAggregate"
@@ -328,7 +471,8 @@ impl Operator for WindowAggregateOperator {
         }
         let evaluated = self.evaluate(&batch)?;
         let Some(ends) = self.window_ends(&batch)? else {
-            return self.update(WATERMARK_MAX, &evaluated);
+            self.update(WATERMARK_MAX, &evaluated)?;
+            return self.enforce_budget();
         };
         let first = ends[0];
         if ends.iter().all(|&e| e == first) {
@@ -336,7 +480,8 @@ impl Operator for WindowAggregateOperator {
                 self.metrics.add_late_rows(ends.len() as u64);
                 return Ok(());
             }
-            return self.update(first, &evaluated);
+            self.update(first, &evaluated)?;
+            return self.enforce_budget();
         }
         // Several windows in one batch: split rows by window, in order of first appearance.
         let mut runs: Vec<(EventTime, Vec<u32>)> = Vec::new();
@@ -356,20 +501,24 @@ impl Operator for WindowAggregateOperator {
             let part = evaluated.take(&UInt32Array::from(rows))?;
             self.update(end, &part)?;
         }
-        Ok(())
+        self.enforce_budget()
     }
 
     fn on_watermark(&mut self, watermark: EventTime, out: &mut Output) -> Result<EventTime> {
         self.watermark = self.watermark.max(watermark);
-        while let Some(entry) = self.windows.first_entry() {
-            if *entry.key() > self.watermark {
-                break;
-            }
-            let (end, window) = entry.remove_entry();
-            if let Some(batch) = self.emit(end, window)? {
-                out.emit(batch);
-            }
+        let mut ready: Vec<EventTime> = self.store.ready(self.watermark);
+        ready.extend(self.windows.range(..=self.watermark).map(|(end, _)| *end));
+        ready.sort_unstable();
+        ready.dedup();
+        for end in ready {
+            self.fire(end, out)?;
         }
         Ok(watermark)
+    }
+
+    fn snapshot(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
+        self.spill(0)?;
+        self.store.next_epoch(epoch);
+        Ok(None)
     }
 }

@@ -60,9 +60,16 @@ impl Chain {
         Ok((emitted, watermark))
     }
 
-    /// Snapshot every operator for `epoch`, in order.
-    pub fn snapshot(&mut self, epoch: u64) -> Result<()> {
-        self.ops.iter_mut().try_for_each(|op| op.snapshot(epoch))
+    /// Snapshots every operator for `epoch`, in order. Returns the sinks' pre-commit payloads
+    /// with each sink's position in the chain.
+    pub fn snapshot(&mut self, epoch: u64) -> Result<Vec<(usize, Vec<u8>)>> {
+        let mut commits = Vec::new();
+        for (i, op) in self.ops.iter_mut().enumerate() {
+            if let Some(payload) = op.snapshot(epoch)? {
+                commits.push((i, payload));
+            }
+        }
+        Ok(commits)
     }
 
     /// All inputs ended: let each operator flush, in order.

@@ -30,11 +30,36 @@ impl<E: Into<EngineError>> From<E> for TaskExit {
     }
 }
 
+/// Hashes the key columns of each row into `hashes` and returns the instance (out of
+/// `parallelism`) each row goes to. The keyed exchange routes rows with this, and operators
+/// restoring state at a different parallelism use it to keep the keys that are theirs.
+fn route(
+    columns: &[ArrayRef],
+    parallelism: usize,
+    hashes: &mut Vec<u64>,
+) -> Result<Vec<u32>, EngineError> {
+    let rows = columns.first().map_or(0, |c| c.len());
+    hashes.clear();
+    hashes.resize(rows, 0);
+    create_hashes(columns, &RandomState::with_seed(EXCHANGE_SEED), hashes)?;
+    Ok(hashes
+        .iter()
+        .map(|h| (*h % parallelism as u64) as u32)
+        .collect())
+}
+
+/// The instance each row of `columns` (the exchange's key columns) is routed to.
+pub fn partition_of_rows(
+    columns: &[ArrayRef],
+    parallelism: usize,
+) -> Result<Vec<u32>, EngineError> {
+    route(columns, parallelism.max(1), &mut Vec::new())
+}
+
 /// One output edge of a task: senders indexed by downstream instance.
 pub struct Outlet {
     partitioning: Partitioning,
     senders: Vec<Sender<Message>>,
-    hasher: RandomState,
     hashes: Vec<u64>,
 }
 
@@ -43,7 +68,6 @@ impl Outlet {
         Self {
             partitioning,
             senders,
-            hasher: RandomState::with_seed(EXCHANGE_SEED),
             hashes: Vec::new(),
         }
     }
@@ -71,12 +95,12 @@ impl Outlet {
             .iter()
             .map(|k| k.evaluate(&batch).and_then(|v| v.into_array(rows)))
             .collect::<Result<_, _>>()?;
-        self.hashes.clear();
-        self.hashes.resize(batch.num_rows(), 0);
-        create_hashes(&columns, &self.hasher, &mut self.hashes)?;
         let mut parts: Vec<Vec<u32>> = vec![Vec::new(); n];
-        for (row, h) in self.hashes.iter().enumerate() {
-            parts[(*h % n as u64) as usize].push(row as u32);
+        for (row, to) in route(&columns, n, &mut self.hashes)?
+            .into_iter()
+            .enumerate()
+        {
+            parts[to as usize].push(row as u32);
         }
         for (to, rows) in parts.into_iter().enumerate() {
             if rows.is_empty() {

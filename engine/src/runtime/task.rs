@@ -5,18 +5,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use datafusion::arrow::record_batch::RecordBatch;
 
+use crate::checkpoint::{JobDir, SourceCheckpoint, TaskId, TaskReport};
 use crate::event_time::EventTimeAssigner;
 use crate::graph::TaskInfo;
-use crate::message::{EventTime, Message, WATERMARK_MAX, WATERMARK_MIN};
+use crate::message::{Barrier, BarrierKind, EventTime, Message, WATERMARK_MAX, WATERMARK_MIN};
 use crate::runtime::chain::Chain;
 use crate::runtime::input_gate::{GateEvent, InputGate};
 use crate::runtime::outlet::{Outlet, TaskExit};
 use crate::source::{SourcePoll, SourceReader};
+use crate::state::TaskState;
 
 /// How long an idle source sleeps before polling again.
 const IDLE_POLL: Duration = Duration::from_millis(2);
+/// How often a finished source waiting for barriers checks for cancellation.
+const IDLE_WAIT: Duration = Duration::from_millis(50);
 
 /// What a task sends downstream: every output edge gets everything.
 pub struct Outlets(pub Vec<Outlet>);
@@ -50,7 +55,88 @@ impl Outlets {
     }
 }
 
-/// Runs a source partition until it is exhausted or the job is cancelled.
+/// A task's part in checkpoints (durable jobs only).
+pub struct TaskCheckpoint {
+    pub task: TaskId,
+    pub reports: Sender<TaskReport>,
+    pub state: Arc<TaskState>,
+    pub dir: JobDir,
+    /// The last barrier this task passed (or the restored epoch).
+    pub last_epoch: u64,
+}
+
+impl TaskCheckpoint {
+    /// Barrier `barrier` passed: snapshot the chain, checkpoint the store, acknowledge.
+    fn ack(
+        &mut self,
+        chain: &mut Chain,
+        barrier: Barrier,
+        source: Option<SourceCheckpoint>,
+    ) -> Result<(), TaskExit> {
+        let commits = chain.snapshot(barrier.epoch)?;
+        let relative = JobDir::state_checkpoint(barrier.epoch, self.task);
+        let (state, error) = match self
+            .state
+            .checkpoint_to(&self.dir.checkpoints().join(&relative))
+        {
+            Ok(true) => (Some(relative), None),
+            Ok(false) => (None, None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        self.last_epoch = barrier.epoch;
+        self.report(TaskReport::Ack {
+            task: self.task,
+            epoch: barrier.epoch,
+            source,
+            state,
+            commits,
+            error,
+        });
+        Ok(())
+    }
+
+    /// The task's input ended and everything was flushed: the sinks pre-commit the rest.
+    fn finished(
+        &mut self,
+        chain: &mut Chain,
+        source: Option<SourceCheckpoint>,
+    ) -> Result<(), TaskExit> {
+        let epoch = self.last_epoch + 1;
+        let commits = chain.snapshot(epoch)?;
+        self.report(TaskReport::Finished {
+            task: self.task,
+            source,
+            commits,
+            epoch,
+        });
+        Ok(())
+    }
+
+    fn report(&self, report: TaskReport) {
+        // The coordinator is gone only when the job is being torn down.
+        let _ = self.reports.send(report);
+    }
+}
+
+/// A source task's checkpoint side: barrier requests from the coordinator.
+pub struct SourceControl {
+    pub barriers: Receiver<Barrier>,
+    pub checkpoint: TaskCheckpoint,
+}
+
+fn source_checkpoint(
+    task: TaskId,
+    reader: &dyn SourceReader,
+    assigner: &EventTimeAssigner,
+) -> SourceCheckpoint {
+    SourceCheckpoint {
+        task,
+        position: reader.position(),
+        watermark: assigner.watermark(),
+    }
+}
+
+/// Runs a source partition until it is exhausted, stopped or cancelled.
 pub fn run_source_task(
     info: &TaskInfo,
     mut reader: Box<dyn SourceReader>,
@@ -58,12 +144,28 @@ pub fn run_source_task(
     mut chain: Chain,
     mut outlets: Outlets,
     cancel: &AtomicBool,
+    mut control: Option<SourceControl>,
 ) -> Result<(), TaskExit> {
     let mut sent_watermark = WATERMARK_MIN;
+    // A restored partition starts from its checkpointed watermark.
+    if assigner.watermark() > sent_watermark {
+        sent_watermark = assigner.watermark();
+        outlets.watermark(&mut chain, sent_watermark)?;
+    }
     let mut skipped = 0;
     loop {
         if cancel.load(Ordering::Relaxed) {
             return Err(TaskExit::Disconnected);
+        }
+        if let Some(c) = control.as_mut() {
+            while let Ok(barrier) = c.barriers.try_recv() {
+                let position = source_checkpoint(c.checkpoint.task, reader.as_ref(), &assigner);
+                c.checkpoint.ack(&mut chain, barrier, Some(position))?;
+                outlets.control(Message::Barrier(barrier))?;
+                if barrier.kind == BarrierKind::Stop {
+                    return Ok(());
+                }
+            }
         }
         match reader.poll_next()? {
             SourcePoll::Batch(batch) => {
@@ -93,14 +195,35 @@ pub fn run_source_task(
     }
     // A finished bounded source: its watermark becomes +infinity, so every window fires.
     outlets.watermark(&mut chain, WATERMARK_MAX)?;
-    outlets.end(&mut chain)
+    outlets.end(&mut chain)?;
+    let Some(mut c) = control else {
+        return Ok(());
+    };
+    let last = source_checkpoint(c.checkpoint.task, reader.as_ref(), &assigner);
+    c.checkpoint.finished(&mut chain, Some(last.clone()))?;
+    // Checkpoints of the rest of the job go on: acknowledge them with the final position
+    // until the coordinator is done.
+    loop {
+        match c.barriers.recv_timeout(IDLE_WAIT) {
+            Ok(barrier) => {
+                c.checkpoint.ack(&mut chain, barrier, Some(last.clone()))?;
+                if barrier.kind == BarrierKind::Stop {
+                    return Ok(());
+                }
+            }
+            Err(RecvTimeoutError::Timeout) if cancel.load(Ordering::Relaxed) => return Ok(()),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+    }
 }
 
-/// Runs an operator task until all its inputs ended.
+/// Runs an operator task until all its inputs ended or a stop barrier passed.
 pub fn run_operator_task(
     mut gate: InputGate,
     mut chain: Chain,
     mut outlets: Outlets,
+    mut checkpoint: Option<TaskCheckpoint>,
 ) -> Result<(), TaskExit> {
     loop {
         match gate.next_event()? {
@@ -110,21 +233,34 @@ pub fn run_operator_task(
             }
             GateEvent::Watermark(w) => outlets.watermark(&mut chain, w)?,
             GateEvent::Barrier(barrier) => {
-                chain.snapshot(barrier.epoch)?;
+                if let Some(c) = checkpoint.as_mut() {
+                    c.ack(&mut chain, barrier, None)?;
+                }
                 outlets.control(Message::Barrier(barrier))?;
+                if barrier.kind == BarrierKind::Stop {
+                    return Ok(());
+                }
                 if let Some(GateEvent::Watermark(w)) = gate.pending_watermark() {
                     outlets.watermark(&mut chain, w)?;
                 }
             }
-            GateEvent::End => return outlets.end(&mut chain),
+            GateEvent::End => {
+                outlets.end(&mut chain)?;
+                if let Some(c) = checkpoint.as_mut() {
+                    c.finished(&mut chain, None)?;
+                }
+                return Ok(());
+            }
         }
     }
 }
 
-/// Shared between the tasks of a job: the first error and the cancel flag.
+/// Shared between the tasks of a job: the first error, the cancel and stop flags.
 #[derive(Default)]
 pub struct JobShared {
     pub cancel: AtomicBool,
+    /// Asks the coordinator for a stop checkpoint.
+    pub stop: AtomicBool,
     pub error: std::sync::Mutex<Option<crate::error::EngineError>>,
 }
 

@@ -1,30 +1,38 @@
-//! State backends. Operators keep their working set in memory and will write epoch snapshots
-//! through this interface (see docs/status.md for how far that is). Keys are ordered bytes so
+//! State backends. Operators keep a bounded working set in memory and write spilled state and
+//! epoch snapshots through this interface, via the [`StateHandle`] of their task. Keys are ordered bytes so
 //! that a window's state is one key range: firing a window and dropping its state are range
 //! operations.
 //!
-//! [`MemoryStateBackend`] serves unit tests and jobs that need no durability;
-//! `RocksDbStateBackend` (feature `rocksdb-state`, in progress, see docs/status.md) is durable
-//! and holds state larger than memory.
+//! [`RocksDbStateBackend`] is what jobs use: durable, larger than memory, checkpointed by hard
+//! links. [`MemoryStateBackend`] meets the same contract for unit tests.
 
-#[cfg(feature = "rocksdb-state")]
 mod rocks;
 
-#[cfg(feature = "rocksdb-state")]
 pub use rocks::RocksDbStateBackend;
+
+mod handle;
+
+pub use handle::{RestoreSet, StateHandle, TaskState};
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::path::Path;
+use std::sync::Mutex;
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 
-/// An ordered key-value store with atomic write batches.
-pub trait StateBackend: Send {
+/// An ordered key-value store with atomic write batches. Shared by the operators of one task,
+/// hence `&self` everywhere.
+pub trait StateBackend: Send + Sync {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
-    /// Applies every put and every range delete of `batch` atomically.
-    fn write(&mut self, batch: WriteBatch) -> Result<()>;
+    /// Applies every range delete, then every put, of `batch` atomically.
+    fn write(&self, batch: WriteBatch) -> Result<()>;
     /// Entries with `start <= key < end`, in key order.
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// The smallest key with `start <= key < end`, without reading values.
+    fn first_key(&self, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Writes a consistent copy of the whole store to `dir` (which must not exist yet).
+    fn checkpoint_to(&self, dir: &Path) -> Result<()>;
 }
 
 /// Changes applied together.
@@ -34,38 +42,65 @@ pub struct WriteBatch {
     pub delete_ranges: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
-/// The in-memory backend, for tests and for jobs that do not need durability.
+/// The in-memory backend, for unit tests.
 #[derive(Debug, Default)]
 pub struct MemoryStateBackend {
-    map: BTreeMap<Vec<u8>, Vec<u8>>,
+    map: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+impl MemoryStateBackend {
+    fn map(&self) -> Result<std::sync::MutexGuard<'_, BTreeMap<Vec<u8>, Vec<u8>>>> {
+        self.map
+            .lock()
+            .map_err(|_| EngineError::Internal("memory state store poisoned".into()))
+    }
+}
+
+fn range<'a>(start: &'a [u8], end: &'a [u8]) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    (Bound::Included(start), Bound::Excluded(end))
 }
 
 impl StateBackend for MemoryStateBackend {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.map.get(key).cloned())
+        Ok(self.map()?.get(key).cloned())
     }
 
-    fn write(&mut self, batch: WriteBatch) -> Result<()> {
+    fn write(&self, batch: WriteBatch) -> Result<()> {
+        let mut map = self.map()?;
         for (start, end) in batch.delete_ranges {
-            let doomed: Vec<Vec<u8>> = self
-                .map
-                .range::<[u8], _>((Bound::Included(&start[..]), Bound::Excluded(&end[..])))
+            let doomed: Vec<Vec<u8>> = map
+                .range::<[u8], _>(range(&start, &end))
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in doomed {
-                self.map.remove(&k);
+                map.remove(&k);
             }
         }
-        self.map.extend(batch.puts);
+        map.extend(batch.puts);
         Ok(())
     }
 
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         Ok(self
-            .map
-            .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
+            .map()?
+            .range::<[u8], _>(range(start, end))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
+    }
+
+    fn first_key(&self, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .map()?
+            .range::<[u8], _>(range(start, end))
+            .next()
+            .map(|(k, _)| k.clone()))
+    }
+
+    fn checkpoint_to(&self, dir: &Path) -> Result<()> {
+        Err(EngineError::State(format!(
+            "the in-memory state store cannot write a checkpoint to '{}'",
+            dir.display()
+        )))
     }
 }
 
@@ -75,11 +110,11 @@ pub(crate) mod tests {
 
     #[test]
     fn memory_backend_range_delete_drops_one_window_and_keeps_the_rest() {
-        range_delete_drops_one_window_and_keeps_the_rest(&mut MemoryStateBackend::default());
+        range_delete_drops_one_window_and_keeps_the_rest(&MemoryStateBackend::default());
     }
 
     /// The contract every backend meets.
-    pub(crate) fn range_delete_drops_one_window_and_keeps_the_rest(s: &mut dyn StateBackend) {
+    pub(crate) fn range_delete_drops_one_window_and_keeps_the_rest(s: &dyn StateBackend) {
         let mut b = WriteBatch::default();
         for w in [1u8, 2, 3] {
             for k in [b'a', b'b'] {
@@ -103,5 +138,7 @@ pub(crate) mod tests {
             vec![vec![1, b'a'], vec![1, b'b'], vec![3, b'a'], vec![3, b'b']]
         );
         assert_eq!(s.get(&[3, b'b']).unwrap(), Some(vec![30]));
+        assert_eq!(s.first_key(&[2], &[9]).unwrap(), Some(vec![3, b'a']));
+        assert_eq!(s.first_key(&[2], &[3]).unwrap(), None);
     }
 }

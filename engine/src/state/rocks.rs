@@ -36,13 +36,15 @@ impl RocksDbStateBackend {
         })
     }
 
-    /// Writes a consistent copy of the whole store to `dir` (which must not exist yet).
-    pub fn checkpoint_to(&self, dir: &Path) -> Result<()> {
-        let checkpoint = Checkpoint::new(&self.db)
-            .map_err(|e| state_error("cannot checkpoint state store", &self.path, e))?;
-        checkpoint
-            .create_checkpoint(dir)
-            .map_err(|e| state_error("cannot write state checkpoint", dir, e))
+    /// Opens a checkpoint written by [`StateBackend::checkpoint_to`] for reading only (several
+    /// tasks may read one checkpoint at once when restoring at a different parallelism).
+    pub fn open_read_only(path: &Path) -> Result<Self> {
+        let db = DB::open_for_read_only(&Options::default(), path, false)
+            .map_err(|e| state_error("cannot open state checkpoint", path, e))?;
+        Ok(Self {
+            db,
+            path: path.to_path_buf(),
+        })
     }
 }
 
@@ -53,7 +55,7 @@ impl StateBackend for RocksDbStateBackend {
             .map_err(|e| state_error("cannot read state store", &self.path, e))
     }
 
-    fn write(&mut self, batch: WriteBatch) -> Result<()> {
+    fn write(&self, batch: WriteBatch) -> Result<()> {
         let mut rocks = RocksBatch::default();
         for (start, end) in &batch.delete_ranges {
             rocks.delete_range(start, end);
@@ -78,6 +80,28 @@ impl StateBackend for RocksDbStateBackend {
             })
             .collect()
     }
+
+    fn first_key(&self, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut read = ReadOptions::default();
+        read.set_iterate_lower_bound(start.to_vec());
+        read.set_iterate_upper_bound(end.to_vec());
+        let mut it = self.db.raw_iterator_opt(read);
+        it.seek_to_first();
+        if !it.valid() {
+            it.status()
+                .map_err(|e| state_error("cannot read state store", &self.path, e))?;
+            return Ok(None);
+        }
+        Ok(it.key().map(|k| k.to_vec()))
+    }
+
+    fn checkpoint_to(&self, dir: &Path) -> Result<()> {
+        let checkpoint = Checkpoint::new(&self.db)
+            .map_err(|e| state_error("cannot checkpoint state store", &self.path, e))?;
+        checkpoint
+            .create_checkpoint(dir)
+            .map_err(|e| state_error("cannot write state checkpoint", dir, e))
+    }
 }
 
 #[cfg(test)]
@@ -88,8 +112,8 @@ mod tests {
     #[test]
     fn rocksdb_backend_meets_the_backend_contract() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = RocksDbStateBackend::open(&dir.path().join("state")).unwrap();
-        range_delete_drops_one_window_and_keeps_the_rest(&mut s);
+        let s = RocksDbStateBackend::open(&dir.path().join("state")).unwrap();
+        range_delete_drops_one_window_and_keeps_the_rest(&s);
     }
 
     #[test]
@@ -97,7 +121,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state");
         {
-            let mut s = RocksDbStateBackend::open(&path).unwrap();
+            let s = RocksDbStateBackend::open(&path).unwrap();
             s.write(WriteBatch {
                 puts: vec![(b"w1/a".to_vec(), b"1".to_vec())],
                 delete_ranges: vec![],
@@ -112,7 +136,7 @@ mod tests {
         }
         let reopened = RocksDbStateBackend::open(&path).unwrap();
         assert_eq!(reopened.scan(b"w1/", b"w2/").unwrap().len(), 2);
-        let checkpoint = RocksDbStateBackend::open(&dir.path().join("chk-1")).unwrap();
+        let checkpoint = RocksDbStateBackend::open_read_only(&dir.path().join("chk-1")).unwrap();
         assert_eq!(
             checkpoint.scan(b"w1/", b"w2/").unwrap(),
             vec![(b"w1/a".to_vec(), b"1".to_vec())]

@@ -42,6 +42,26 @@ pub(super) fn object_name(name: &ObjectName) -> Result<String> {
     }
 }
 
+/// The `WITH (key = 'value', ...)` options of a CREATE TABLE / CREATE SINK.
+pub(super) fn table_options(ct: &CreateTable, name: &str) -> Result<Vec<(String, String)>> {
+    let options = match &ct.table_options {
+        CreateTableOptions::With(o)
+        | CreateTableOptions::Options(o)
+        | CreateTableOptions::Plain(o) => o.clone(),
+        CreateTableOptions::None => Vec::new(),
+        CreateTableOptions::TableProperties(_) => {
+            return Err(not_supported!("TBLPROPERTIES; use WITH (...)"))
+        }
+    };
+    options
+        .iter()
+        .map(|o| match o {
+            SqlOption::KeyValue { key, value } => Ok((key.value.clone(), option_value(value))),
+            other => Err(invalid!("{name}: expected option = 'value', got {other}")),
+        })
+        .collect()
+}
+
 impl Session {
     pub(super) fn show_tables(&self) -> StatementResult {
         let rows = self
@@ -114,28 +134,8 @@ impl Session {
             let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
             Some(Arc::new(planner.build_schema(ct.columns.clone())?))
         };
-        let options = match &ct.table_options {
-            CreateTableOptions::With(o)
-            | CreateTableOptions::Options(o)
-            | CreateTableOptions::Plain(o) => o.clone(),
-            CreateTableOptions::None => Vec::new(),
-            CreateTableOptions::TableProperties(_) => {
-                return Err(not_supported!("TBLPROPERTIES; use WITH (...)"))
-            }
-        };
-        let mut pairs = Vec::new();
-        for o in &options {
-            match o {
-                SqlOption::KeyValue { key, value } => {
-                    pairs.push((key.value.clone(), option_value(value)))
-                }
-                other => {
-                    return Err(invalid!(
-                        "table {name}: expected option = 'value', got {other}"
-                    ))
-                }
-            }
-        }
+        let mut pairs = table_options(&ct, &name)?;
+        super::sinks::resolve_path(&mut pairs, &self.base_dir());
         let options = Options::new(pairs);
         if options.get("connector").is_none() {
             return Err(invalid!(

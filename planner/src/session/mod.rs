@@ -3,12 +3,14 @@
 
 mod ddl;
 mod settings;
+mod sinks;
 
 use ddl::object_name;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use datafusion::arrow::array::{ArrayRef, StringArray};
@@ -35,8 +37,20 @@ use crate::{invalid, not_supported};
 pub struct SessionConfig {
     /// Instances of each parallel stage (the aggregation behind the keyed exchange).
     pub parallelism: usize,
-    /// Where the catalog is kept; `None` keeps everything in memory.
+    /// Where the catalog, sink jobs and their checkpoints are kept; `None` keeps everything
+    /// in memory (and sinks cannot be created).
     pub data_dir: Option<PathBuf>,
+    /// Checkpoint interval of sink jobs created from now on.
+    pub checkpoint_interval: Duration,
+    /// Delivery of sink jobs created from now on: exactly-once (true) or at-least-once.
+    pub exactly_once: bool,
+    /// Complete checkpoints kept per job.
+    pub checkpoints_retained: usize,
+    /// Relative paths in WITH options are resolved against this directory (default: the
+    /// working directory).
+    pub base_dir: Option<PathBuf>,
+    /// Parallelism of resumed jobs (`weir resume --parallelism`); `None`: as created.
+    pub resume_parallelism: Option<usize>,
 }
 
 impl Default for SessionConfig {
@@ -44,6 +58,11 @@ impl Default for SessionConfig {
         Self {
             parallelism: std::thread::available_parallelism().map_or(1, |n| n.get()),
             data_dir: None,
+            checkpoint_interval: Duration::from_secs(1),
+            exactly_once: true,
+            checkpoints_retained: 3,
+            base_dir: None,
+            resume_parallelism: None,
         }
     }
 }
@@ -99,6 +118,8 @@ pub struct Session {
     catalog: Catalog,
     jobs_started: u64,
     runtime: Option<tokio::runtime::Runtime>,
+    /// Sink jobs this session started or resumed, by name.
+    jobs: BTreeMap<String, crate::jobs::ManagedJob>,
 }
 
 pub(crate) fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> StatementResult {
@@ -122,9 +143,18 @@ pub(crate) fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> StatementRe
 }
 
 impl Session {
-    /// Opens a session; with a data directory, tables created earlier are there again. Returns
-    /// warnings about stored tables that could not be restored.
+    /// Opens a session; with a data directory, tables created earlier are there again and
+    /// every unfinished sink job resumes from its newest checkpoint. Returns warnings about
+    /// tables and jobs that could not be restored.
     pub fn open(config: SessionConfig) -> Result<(Self, Vec<String>)> {
+        let mut session = Self::open_catalog_only(config)?;
+        let mut warnings = std::mem::take(&mut session.1);
+        warnings.extend(session.0.resume_jobs()?);
+        Ok((session.0, warnings))
+    }
+
+    /// A session with the stored tables but without resuming jobs.
+    fn open_catalog_only(config: SessionConfig) -> Result<(Self, Vec<String>)> {
         let (catalog, ddl) = Catalog::open(config.data_dir.as_deref())?;
         let mut session = Self {
             config,
@@ -132,6 +162,7 @@ impl Session {
             catalog,
             jobs_started: 0,
             runtime: None,
+            jobs: BTreeMap::new(),
         };
         let mut warnings = Vec::new();
         for text in ddl {
@@ -156,15 +187,20 @@ impl Session {
         if let Some(result) = self.execute_setting(&stmt.text)? {
             return Ok(result);
         }
+        if let Some(result) = self.execute_job_command(&stmt.text)? {
+            return Ok(result);
+        }
         let parsed = parse_statement(&stmt.text, stmt.line)?;
         let ParsedStatement {
             statement,
             watermark,
+            sink,
         } = parsed;
-        if watermark.is_some() && !matches!(statement, Statement::CreateTable(_)) {
+        if watermark.is_some() && (sink || !matches!(statement, Statement::CreateTable(_))) {
             return Err(invalid!("WATERMARK FOR belongs in CREATE TABLE"));
         }
         match statement {
+            Statement::CreateTable(ct) if sink => self.create_sink(ct, &stmt.text),
             Statement::CreateTable(ct) => self.create_table(ct, watermark, &stmt.text),
             Statement::Drop {
                 object_type: ObjectType::Table,

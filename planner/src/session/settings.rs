@@ -3,9 +3,63 @@
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
+use std::time::Duration;
+
 use super::{text_rows, Session, StatementResult};
 use crate::error::Result;
 use crate::invalid;
+
+/// `'1s'`, `'100ms'`, `'10 seconds'`, `'2 min'`: a positive duration.
+pub(super) fn parse_duration(value: &str) -> Result<Duration> {
+    let v = value.trim().trim_matches('\'').trim().to_ascii_lowercase();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| invalid!("expected a duration such as '1s' or '100ms', got '{value}'"))?;
+    let scale = match unit.trim() {
+        "ms" | "millisecond" | "milliseconds" => 1e-3,
+        "s" | "sec" | "second" | "seconds" => 1.0,
+        "m" | "min" | "minute" | "minutes" => 60.0,
+        "h" | "hour" | "hours" => 3600.0,
+        _ => {
+            return Err(invalid!(
+                "unknown unit in duration '{value}' (use ms, s, min or h)"
+            ))
+        }
+    };
+    let d = Duration::from_secs_f64(number * scale);
+    if d < Duration::from_millis(1) {
+        return Err(invalid!("duration '{value}' is shorter than 1 ms"));
+    }
+    Ok(d)
+}
+
+fn format_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// `exactly_once` or `at_least_once`: whether it is exactly-once.
+pub(super) fn parse_delivery(value: &str) -> Result<bool> {
+    match value
+        .trim()
+        .trim_matches('\'')
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "exactly_once" | "exactly-once" => Ok(true),
+        "at_least_once" | "at-least-once" => Ok(false),
+        _ => Err(invalid!(
+            "delivery must be exactly_once or at_least_once, got '{value}'"
+        )),
+    }
+}
 
 impl Session {
     /// SET, SHOW and RESET, handled before parsing.
@@ -32,7 +86,7 @@ impl Session {
         {
             ["SHOW", "TABLES"] => Ok(Some(self.show_tables())),
             ["SHOW", "ALL"] => Ok(Some(self.show_settings(None)?)),
-            ["SHOW", _] if upper[1] != "CREATE" => Ok(Some(
+            ["SHOW", _] if upper[1] != "CREATE" && upper[1] != "JOBS" => Ok(Some(
                 self.show_settings(Some(&words[1].to_ascii_lowercase()))?,
             )),
             ["SET", _, "=" | "TO", ..] => {
@@ -46,11 +100,33 @@ impl Session {
     }
 
     fn settings(&self) -> Vec<(&'static str, String, &'static str)> {
-        vec![(
-            "parallelism",
-            self.config.parallelism.to_string(),
-            "instances of each parallel stage",
-        )]
+        vec![
+            (
+                "parallelism",
+                self.config.parallelism.to_string(),
+                "instances of each parallel stage",
+            ),
+            (
+                "checkpoint_interval",
+                format_duration(self.config.checkpoint_interval),
+                "time between checkpoints of sink jobs created from now on",
+            ),
+            (
+                "delivery",
+                if self.config.exactly_once {
+                    "exactly_once"
+                } else {
+                    "at_least_once"
+                }
+                .to_string(),
+                "exactly_once: aligned barriers, output visible at checkpoints; at_least_once: no alignment, output written through, replays may repeat it",
+            ),
+            (
+                "checkpoints_retained",
+                self.config.checkpoints_retained.to_string(),
+                "complete checkpoints kept per job",
+            ),
+        ]
     }
 
     fn set(&mut self, name: &str, value: &str) -> Result<()> {
@@ -65,6 +141,27 @@ impl Session {
                         invalid!("parallelism must be a positive whole number, got '{value}'")
                     })?;
                 self.config.parallelism = n;
+                Ok(())
+            }
+            "checkpoint_interval" => {
+                self.config.checkpoint_interval = parse_duration(value)?;
+                Ok(())
+            }
+            "delivery" => {
+                self.config.exactly_once = parse_delivery(value)?;
+                Ok(())
+            }
+            "checkpoints_retained" => {
+                self.config.checkpoints_retained = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        invalid!(
+                            "checkpoints_retained must be a positive whole number, got '{value}'"
+                        )
+                    })?;
                 Ok(())
             }
             other => Err(invalid!(

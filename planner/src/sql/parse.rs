@@ -30,6 +30,21 @@ pub struct WatermarkClause {
 pub struct ParsedStatement {
     pub statement: Statement,
     pub watermark: Option<WatermarkClause>,
+    /// `CREATE SINK name WITH (...) AS query`: parsed as the `CREATE TABLE ... AS` it
+    /// resembles, and flagged here.
+    pub sink: bool,
+}
+
+/// `CREATE SINK` becomes `CREATE TABLE` (same token positions); returns whether it did.
+fn rewrite_create_sink(tokens: &mut [TokenWithSpan]) -> bool {
+    let sig = significant(tokens);
+    let is_sink = sig.len() >= 2
+        && is_word(&tokens[sig[0]].token, "CREATE")
+        && is_word(&tokens[sig[1]].token, "SINK");
+    if is_sink {
+        tokens[sig[1]].token = Token::make_keyword("TABLE");
+    }
+    is_sink
 }
 
 const WINDOW_FUNCTIONS: &[&str] = &["TUMBLE", "HOP", "SESSION", "CUMULATE"];
@@ -255,6 +270,7 @@ pub fn parse_statement(text: &str, first_line: u64) -> Result<ParsedStatement> {
             message: e.message,
         })?;
     let watermark = take_watermark(&mut tokens, first_line)?;
+    let sink = rewrite_create_sink(&mut tokens);
     rewrite_flink_window_tvf(&mut tokens);
     let mut parser = Parser::new(&dialect)
         .with_recursion_limit(RECURSION_LIMIT)
@@ -274,6 +290,7 @@ pub fn parse_statement(text: &str, first_line: u64) -> Result<ParsedStatement> {
     Ok(ParsedStatement {
         statement,
         watermark,
+        sink,
     })
 }
 

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod process;
+
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use sqllogictest::{DBOutput, DefaultColumnType};
@@ -15,6 +17,7 @@ pub fn session(parallelism: usize) -> Session {
     let (session, warnings) = Session::open(SessionConfig {
         parallelism,
         data_dir: None,
+        ..SessionConfig::default()
     })
     .expect("open session");
     assert!(warnings.is_empty(), "{warnings:?}");

@@ -1,0 +1,416 @@
+//! The checkpoint coordinator of one job: injects barriers, collects acknowledgements, writes
+//! manifests, tells committers to commit, prunes old checkpoints. One checkpoint is in flight
+//! at a time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::manifest::{JobDir, Manifest, PendingCommit, SourceCheckpoint, TaskId};
+use super::{CheckpointConfig, Committer, TaskReport};
+use crate::error::{EngineError, Result};
+use crate::message::{Barrier, BarrierKind};
+
+/// Checkpoints failing in a row before the job stops with the last error.
+const MAX_CONSECUTIVE_FAILURES: u64 = 10;
+
+/// Counters of a job's checkpoints, readable while it runs.
+#[derive(Debug, Default)]
+pub struct CheckpointStats {
+    completed: AtomicU64,
+    failed: AtomicU64,
+    last_epoch: AtomicU64,
+    last_duration_us: AtomicU64,
+    last_bytes: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+/// A copy of [`CheckpointStats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub completed: u64,
+    pub failed: u64,
+    /// Epoch of the newest complete checkpoint (0: none yet).
+    pub last_epoch: u64,
+    /// From barrier injection to manifest written.
+    pub last_duration: Duration,
+    /// Bytes of state written by the newest checkpoint (state files are hard links, so most
+    /// of it is shared with the working stores and older checkpoints).
+    pub last_bytes: u64,
+    pub last_error: Option<String>,
+}
+
+impl CheckpointStats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            completed: self.completed.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            last_epoch: self.last_epoch.load(Ordering::Relaxed),
+            last_duration: Duration::from_micros(self.last_duration_us.load(Ordering::Relaxed)),
+            last_bytes: self.last_bytes.load(Ordering::Relaxed),
+            last_error: self.last_error.lock().ok().and_then(|e| e.clone()),
+        }
+    }
+}
+
+struct InFlight {
+    epoch: u64,
+    kind: BarrierKind,
+    started: Instant,
+    sources: Vec<SourceCheckpoint>,
+    state: Vec<(TaskId, String)>,
+    commits: Vec<PendingCommit>,
+    acked: BTreeSet<TaskId>,
+    error: Option<String>,
+}
+
+/// How the coordinator ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoordinatorExit {
+    /// Every task finished; the final manifest is written and all output committed.
+    Finished,
+    /// A stop checkpoint completed; every task exited after it.
+    Stopped,
+    /// The job was cancelled or failed.
+    Aborted,
+}
+
+/// The coordinator's channels to the tasks.
+pub struct TaskLinks {
+    /// Barrier requests to each source task.
+    pub barriers: Vec<(TaskId, Sender<Barrier>)>,
+    /// Acknowledgements and end reports from every task.
+    pub reports: Receiver<TaskReport>,
+}
+
+/// Drives the checkpoints of one job.
+pub struct Coordinator {
+    job: String,
+    dir: JobDir,
+    config: CheckpointConfig,
+    stages: Vec<(String, usize)>,
+    sources: Vec<(TaskId, Sender<Barrier>)>,
+    /// Committers by (stage, operator position).
+    committers: BTreeMap<(usize, usize), Arc<dyn Committer>>,
+    reports: Receiver<TaskReport>,
+    /// The last epoch injected (or restored from).
+    epoch: u64,
+    stats: Arc<CheckpointStats>,
+    finished: BTreeMap<TaskId, Option<SourceCheckpoint>>,
+    uncommitted: Vec<PendingCommit>,
+    in_flight: Option<InFlight>,
+    consecutive_failures: u64,
+}
+
+impl Coordinator {
+    /// `stages`: name and parallelism of each stage; `restored_epoch`: the checkpoint the job
+    /// resumed from (0 for a fresh start).
+    pub(crate) fn new(
+        job: String,
+        config: CheckpointConfig,
+        stages: Vec<(String, usize)>,
+        links: TaskLinks,
+        committers: BTreeMap<(usize, usize), Arc<dyn Committer>>,
+        restored_epoch: u64,
+    ) -> Self {
+        Self {
+            job,
+            dir: JobDir::new(config.dir.clone()),
+            config,
+            stages,
+            sources: links.barriers,
+            committers,
+            reports: links.reports,
+            epoch: restored_epoch,
+            stats: Arc::new(CheckpointStats::default()),
+            finished: BTreeMap::new(),
+            uncommitted: Vec::new(),
+            in_flight: None,
+            consecutive_failures: 0,
+        }
+    }
+
+    fn all_tasks(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.stages
+            .iter()
+            .enumerate()
+            .flat_map(|(stage, (_, p))| (0..*p).map(move |instance| TaskId { stage, instance }))
+    }
+
+    /// Runs until the job finishes, stops, or `aborted()` says it was cancelled or failed.
+    /// `stop_requested()` asks for a final checkpoint and a stop.
+    /// The counters this coordinator keeps.
+    pub(crate) fn stats(&self) -> Arc<CheckpointStats> {
+        Arc::clone(&self.stats)
+    }
+
+    pub(crate) fn run(
+        mut self,
+        aborted: impl Fn() -> bool,
+        stop_requested: impl Fn() -> bool,
+    ) -> Result<CoordinatorExit> {
+        let mut next = Instant::now() + self.config.interval;
+        loop {
+            if aborted() {
+                return Ok(CoordinatorExit::Aborted);
+            }
+            let all_finished = self.all_tasks().all(|t| self.finished.contains_key(&t));
+            if let Some(done) = self.complete_in_flight(all_finished)? {
+                if done == BarrierKind::Stop {
+                    return Ok(CoordinatorExit::Stopped);
+                }
+            }
+            if all_finished {
+                self.finish()?;
+                return Ok(CoordinatorExit::Finished);
+            }
+            let now = Instant::now();
+            if self.in_flight.is_none() {
+                let live: Vec<usize> = (0..self.sources.len())
+                    .filter(|&i| !self.finished.contains_key(&self.sources[i].0))
+                    .collect();
+                let stop = stop_requested();
+                if !live.is_empty() && (stop || now >= next) {
+                    let kind = if stop {
+                        BarrierKind::Stop
+                    } else {
+                        BarrierKind::Checkpoint
+                    };
+                    self.inject(kind);
+                    next = now + self.config.interval;
+                }
+            }
+            let wait = next
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(20));
+            match self.reports.recv_timeout(wait) {
+                Ok(report) => self.handle(report),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(CoordinatorExit::Aborted),
+            }
+        }
+    }
+
+    fn inject(&mut self, kind: BarrierKind) {
+        self.epoch += 1;
+        let barrier = Barrier {
+            epoch: self.epoch,
+            kind,
+        };
+        for (task, tx) in &self.sources {
+            if !self.finished.contains_key(task) {
+                // A source that already exited acknowledges nothing; its Finished report
+                // stands in for the acknowledgement.
+                let _ = tx.send(barrier);
+            }
+        }
+        self.in_flight = Some(InFlight {
+            epoch: self.epoch,
+            kind,
+            started: Instant::now(),
+            sources: Vec::new(),
+            state: Vec::new(),
+            commits: Vec::new(),
+            acked: BTreeSet::new(),
+            error: None,
+        });
+    }
+
+    fn handle(&mut self, report: TaskReport) {
+        match report {
+            TaskReport::Ack {
+                task,
+                epoch,
+                source,
+                state,
+                commits,
+                error,
+            } => {
+                let Some(f) = self.in_flight.as_mut().filter(|f| f.epoch == epoch) else {
+                    return;
+                };
+                f.acked.insert(task);
+                f.sources.extend(source);
+                f.state.extend(state.map(|s| (task, s)));
+                f.commits.extend(
+                    commits
+                        .into_iter()
+                        .map(|(operator, payload)| PendingCommit {
+                            task,
+                            operator,
+                            epoch,
+                            payload,
+                        }),
+                );
+                if let Some(e) = error {
+                    f.error.get_or_insert(format!("task {task}: {e}"));
+                }
+            }
+            TaskReport::Finished {
+                task,
+                source,
+                commits,
+                epoch,
+            } => {
+                self.uncommitted
+                    .extend(
+                        commits
+                            .into_iter()
+                            .map(|(operator, payload)| PendingCommit {
+                                task,
+                                operator,
+                                epoch,
+                                payload,
+                            }),
+                    );
+                self.finished.insert(task, source);
+            }
+        }
+    }
+
+    /// Completes the checkpoint in flight once every task acknowledged it (or ended).
+    /// Returns its kind when it completed or failed.
+    fn complete_in_flight(&mut self, all_finished: bool) -> Result<Option<BarrierKind>> {
+        let complete = match &self.in_flight {
+            Some(f) => {
+                all_finished
+                    || self
+                        .all_tasks()
+                        .all(|t| f.acked.contains(&t) || self.finished.contains_key(&t))
+            }
+            None => false,
+        };
+        if !complete {
+            return Ok(None);
+        }
+        let Some(mut f) = self.in_flight.take() else {
+            return Ok(None);
+        };
+        // Pre-commits of this epoch go with it, or with the next checkpoint if this one fails.
+        self.uncommitted.append(&mut f.commits);
+        for (task, source) in &self.finished {
+            if !f.acked.contains(task) {
+                f.sources.extend(source.clone());
+            }
+        }
+        let manifest = Manifest {
+            job: self.job.clone(),
+            epoch: f.epoch,
+            finished: false,
+            stages: self.stages.clone(),
+            sources: f.sources,
+            state: f.state,
+            commits: self.uncommitted.clone(),
+        };
+        let written = match f.error {
+            Some(e) => Err(EngineError::State(e)),
+            None => self.dir.write_manifest(&manifest),
+        };
+        match written {
+            Ok(()) => {
+                self.commit_all()?;
+                self.consecutive_failures = 0;
+                let s = &self.stats;
+                s.completed.fetch_add(1, Ordering::Relaxed);
+                s.last_epoch.store(f.epoch, Ordering::Relaxed);
+                s.last_duration_us
+                    .store(f.started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                s.last_bytes.store(
+                    dir_size(&self.dir.checkpoints().join(format!("{:020}", f.epoch))),
+                    Ordering::Relaxed,
+                );
+                // Old checkpoints are garbage now; failing to delete them is not an error of
+                // this checkpoint.
+                let _ = self.dir.prune(self.config.retain);
+                Ok(Some(f.kind))
+            }
+            Err(e) => {
+                self.dir.discard(f.epoch);
+                self.consecutive_failures += 1;
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                let message = format!("checkpoint {} failed: {e}", f.epoch);
+                if let Ok(mut last) = self.stats.last_error.lock() {
+                    *last = Some(message.clone());
+                }
+                if f.kind == BarrierKind::Stop {
+                    return Err(EngineError::State(format!(
+                        "{message}; the job stopped, a restart resumes from checkpoint {}",
+                        self.stats.last_epoch.load(Ordering::Relaxed)
+                    )));
+                }
+                if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES {
+                    return Err(EngineError::State(format!(
+                        "{} checkpoints in a row failed, the last one: {message}",
+                        self.consecutive_failures
+                    )));
+                }
+                Ok(Some(f.kind))
+            }
+        }
+    }
+
+    /// Every task ended: a final manifest marks the job finished, then all output commits.
+    fn finish(&mut self) -> Result<()> {
+        self.epoch += 1;
+        let manifest = Manifest {
+            job: self.job.clone(),
+            epoch: self.epoch,
+            finished: true,
+            stages: self.stages.clone(),
+            sources: self.finished.values().flatten().cloned().collect(),
+            state: Vec::new(),
+            commits: self.uncommitted.clone(),
+        };
+        self.dir.write_manifest(&manifest)?;
+        self.commit_all()?;
+        self.stats.completed.fetch_add(1, Ordering::Relaxed);
+        self.stats.last_epoch.store(self.epoch, Ordering::Relaxed);
+        let _ = self.dir.prune(1);
+        Ok(())
+    }
+
+    fn commit_all(&mut self) -> Result<()> {
+        commit(&self.committers, &self.uncommitted, false)?;
+        self.uncommitted.clear();
+        Ok(())
+    }
+}
+
+/// Hands each committer its payloads (`recover`: the restart path, which also aborts
+/// leftovers, so every committer is called even with none).
+pub(crate) fn commit(
+    committers: &BTreeMap<(usize, usize), Arc<dyn Committer>>,
+    commits: &[PendingCommit],
+    recover: bool,
+) -> Result<()> {
+    for (&(stage, operator), committer) in committers {
+        let payloads: Vec<Vec<u8>> = commits
+            .iter()
+            .filter(|c| c.task.stage == stage && c.operator == operator)
+            .map(|c| c.payload.clone())
+            .collect();
+        if recover {
+            committer.recover(&payloads)?;
+        } else if !payloads.is_empty() {
+            committer.commit(&payloads)?;
+        }
+    }
+    Ok(())
+}
+
+fn dir_size(path: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}

@@ -1,0 +1,233 @@
+//! How window aggregation state lives in the task's store.
+//!
+//! A window's state may be split over several *parts*: partial aggregates (group keys plus
+//! each accumulator's `state()` arrays, as one Arrow IPC batch) written when the window was
+//! spilled for memory or snapshotted at a barrier. Parts are merged back (`merge_batch`) when
+//! the window fires. Keys are `prefix | end | epoch | counter`, big-endian, so the parts of a
+//! window are one key range: firing reads it, dropping it is one range delete, and windows
+//! come out of a scan in order of end.
+
+use std::collections::BTreeSet;
+use std::io::Cursor;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray, UInt32Array};
+use datafusion::arrow::compute::take_record_batch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::StreamWriter;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::{EngineError, Result};
+use crate::message::EventTime;
+use crate::runtime::partition_of_rows;
+use crate::state::{StateBackend, StateHandle, WriteBatch};
+
+const END_LEN: usize = 8;
+const KEY_LEN: usize = 1 + END_LEN + 8 + 4;
+
+/// Order-preserving encoding of an event time.
+fn encode_end(end: EventTime) -> [u8; END_LEN] {
+    ((end as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn decode_end(bytes: &[u8]) -> Result<EventTime> {
+    let b: [u8; END_LEN] = bytes
+        .get(..END_LEN)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| EngineError::State("window state key too short".into()))?;
+    Ok((u64::from_be_bytes(b) ^ (1 << 63)) as i64)
+}
+
+pub fn encode_batch(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
+    w.write(batch)?;
+    w.finish()?;
+    drop(w);
+    Ok(buf)
+}
+
+pub fn decode_batch(bytes: &[u8]) -> Result<RecordBatch> {
+    let mut r = StreamReader::try_new(Cursor::new(bytes), None)?;
+    r.next()
+        .transpose()?
+        .ok_or_else(|| EngineError::State("empty state entry".into()))
+}
+
+/// Which columns of a part route it to an instance: the group keys, or without keys the
+/// window itself (as the keyed exchange does).
+#[derive(Debug, Clone, Copy)]
+pub enum PartRoute {
+    Keys(usize),
+    /// No keys: the window column, `end - shift`.
+    Window {
+        shift: i64,
+    },
+}
+
+/// The stored parts of one window aggregation instance.
+pub struct WindowStore {
+    handle: StateHandle,
+    /// Ends of windows with parts in the store.
+    stored: BTreeSet<EventTime>,
+    /// Label of parts written now: the epoch they belong to.
+    epoch: u64,
+    counter: u32,
+}
+
+impl WindowStore {
+    /// Opens the parts of a restored instance, or starts empty. With a repartitioned
+    /// restore, copies the parts' rows that route to this instance into the working store.
+    pub fn open(handle: StateHandle, route: PartRoute) -> Result<Self> {
+        let mut me = Self {
+            handle,
+            stored: BTreeSet::new(),
+            epoch: 1,
+            counter: 0,
+        };
+        let Some(restore) = me.handle.restore() else {
+            return Ok(me);
+        };
+        me.epoch = restore.epoch + 1;
+        let (lo, hi) = me.handle.all();
+        match restore.repartition {
+            None => {
+                // Restored in place: find the windows by seeking from one end to the next.
+                let store = me.handle.store()?;
+                let mut from = lo.clone();
+                while let Some(key) = store.first_key(&from, &hi)? {
+                    let end = decode_end(&key[1..])?;
+                    me.stored.insert(end);
+                    if end == EventTime::MAX {
+                        break;
+                    }
+                    from = me.handle.key(&encode_end(end + 1));
+                }
+            }
+            Some((instance, parallelism)) => {
+                let sources: Vec<Arc<dyn StateBackend>> = restore.stores.clone();
+                let store = me.handle.store()?;
+                for old in sources {
+                    for (key, value) in old.scan(&lo, &hi)? {
+                        let end = decode_end(&key[1..])?;
+                        let part = decode_batch(&value)?;
+                        let route_columns: Vec<ArrayRef> = match route {
+                            PartRoute::Keys(n) => part.columns()[..n].to_vec(),
+                            PartRoute::Window { shift } => {
+                                vec![Arc::new(TimestampNanosecondArray::from_value(
+                                    end - shift,
+                                    part.num_rows(),
+                                ))]
+                            }
+                        };
+                        let mine: Vec<u32> = partition_of_rows(&route_columns, parallelism)?
+                            .into_iter()
+                            .enumerate()
+                            .filter(|(_, to)| *to as usize == instance)
+                            .map(|(row, _)| row as u32)
+                            .collect();
+                        if mine.is_empty() {
+                            continue;
+                        }
+                        let kept = take_record_batch(&part, &UInt32Array::from(mine))?;
+                        let key = me.next_key(end, 0);
+                        store.write(WriteBatch {
+                            puts: vec![(key, encode_batch(&kept)?)],
+                            delete_ranges: vec![],
+                        })?;
+                        me.stored.insert(end);
+                    }
+                }
+            }
+        }
+        Ok(me)
+    }
+
+    fn next_key(&mut self, end: EventTime, epoch: u64) -> Vec<u8> {
+        self.counter += 1;
+        let mut suffix = Vec::with_capacity(KEY_LEN - 1);
+        suffix.extend_from_slice(&encode_end(end));
+        suffix.extend_from_slice(&epoch.to_be_bytes());
+        suffix.extend_from_slice(&self.counter.to_be_bytes());
+        self.handle.key(&suffix)
+    }
+
+    /// Writes partial states of windows (one part each) in one atomic batch.
+    pub fn write_parts(&mut self, parts: Vec<(EventTime, RecordBatch)>) -> Result<()> {
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::default();
+        for (end, part) in parts {
+            let key = self.next_key(end, self.epoch);
+            batch.puts.push((key, encode_batch(&part)?));
+            self.stored.insert(end);
+        }
+        self.handle.store()?.write(batch)
+    }
+
+    /// A barrier of `epoch` passed: later parts belong to the next epoch.
+    pub fn next_epoch(&mut self, epoch: u64) {
+        self.epoch = epoch + 1;
+        self.counter = 0;
+    }
+
+    /// Ends of stored windows at or before `watermark`, in order.
+    pub fn ready(&self, watermark: EventTime) -> Vec<EventTime> {
+        self.stored.range(..=watermark).copied().collect()
+    }
+
+    /// Whether a window has parts in the store.
+    pub fn has(&self, end: EventTime) -> bool {
+        self.stored.contains(&end)
+    }
+
+    /// Reads and deletes the parts of the window ending at `end`.
+    pub fn take(&mut self, end: EventTime, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+        if !self.stored.remove(&end) {
+            return Ok(Vec::new());
+        }
+        let store = self.handle.store()?;
+        let lo = self.handle.key(&encode_end(end));
+        let hi = match end.checked_add(1) {
+            Some(next) => self.handle.key(&encode_end(next)),
+            None => self.handle.all().1,
+        };
+        let parts = store
+            .scan(&lo, &hi)?
+            .into_iter()
+            .map(|(_, v)| {
+                let b = decode_batch(&v)?;
+                // Stored batches carry their own schema; check they still fit this plan.
+                if b.num_columns() != schema.fields().len() {
+                    return Err(EngineError::State(format!(
+                        "stored window state has {} columns, the plan expects {}",
+                        b.num_columns(),
+                        schema.fields().len()
+                    )));
+                }
+                Ok(b)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        store.write(WriteBatch {
+            puts: vec![],
+            delete_ranges: vec![(lo, hi)],
+        })?;
+        Ok(parts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ends_keep_their_order_when_encoded() {
+        let ends = [i64::MIN, -5, -1, 0, 1, 7, i64::MAX];
+        for w in ends.windows(2) {
+            assert!(encode_end(w[0]) < encode_end(w[1]));
+            assert_eq!(decode_end(&encode_end(w[0])).unwrap(), w[0]);
+        }
+    }
+}

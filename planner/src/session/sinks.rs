@@ -1,0 +1,389 @@
+//! Sink jobs: CREATE SINK, SHOW JOBS, CANCEL JOB, DROP SINK, resuming at start, waiting for
+//! jobs to end.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::sql::sqlparser::ast::{CreateTable, Statement};
+use weir_connectors::{create_sink, Options};
+use weir_engine::checkpoint::CheckpointConfig;
+use weir_engine::{spawn_job, JobConfig, JobGraph};
+
+use super::ddl::{object_name, table_options};
+use super::settings::{parse_delivery, parse_duration};
+use super::{text_rows, Session, SessionConfig, StatementResult};
+use crate::display::format_timestamp;
+use crate::error::{PlanError, Result};
+use crate::invalid;
+use crate::jobs::{job_dir, JobRecord, JobSettings, JobState, ManagedJob};
+use crate::sql::{parse_statement, StatementText};
+use crate::stream_plan::{reads_tables, StreamPlanner};
+
+fn valid_job_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Makes a relative `path` option absolute against `base`.
+pub(super) fn resolve_path(options: &mut [(String, String)], base: &Path) {
+    for (k, v) in options.iter_mut() {
+        if k.eq_ignore_ascii_case("path") && Path::new(v.as_str()).is_relative() {
+            *v = base.join(v.as_str()).to_string_lossy().into_owned();
+        }
+    }
+}
+
+impl Session {
+    /// The directory relative paths are resolved against.
+    pub(super) fn base_dir(&self) -> PathBuf {
+        self.config
+            .base_dir
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_default()
+    }
+
+    fn data_dir(&self) -> Result<PathBuf> {
+        self.config.data_dir.clone().ok_or_else(|| {
+            invalid!("sinks keep their checkpoints in the data directory: start weir with --data-dir DIR")
+        })
+    }
+
+    /// The job settings of a CREATE SINK: the session's, overridden by the statement's
+    /// `checkpoint_interval` and `delivery` options (taken out of `options`).
+    fn job_settings(&self, options: &mut Vec<(String, String)>) -> Result<JobSettings> {
+        let mut settings = JobSettings {
+            parallelism: self.config.parallelism,
+            checkpoint_interval: self.config.checkpoint_interval,
+            exactly_once: self.config.exactly_once,
+            checkpoints_retained: self.config.checkpoints_retained,
+        };
+        let mut rest = Vec::new();
+        for (k, v) in options.drain(..) {
+            match k.to_ascii_lowercase().as_str() {
+                "checkpoint_interval" => settings.checkpoint_interval = parse_duration(&v)?,
+                "delivery" => settings.exactly_once = parse_delivery(&v)?,
+                _ => rest.push((k, v)),
+            }
+        }
+        *options = rest;
+        Ok(settings)
+    }
+
+    /// Plans a sink job from its CREATE SINK statement.
+    fn plan_sink(
+        &mut self,
+        name: &str,
+        ct: CreateTable,
+        settings: &JobSettings,
+        mut options: Vec<(String, String)>,
+    ) -> Result<JobGraph> {
+        let Some(query) = ct.query else {
+            return Err(invalid!("CREATE SINK {name} needs AS SELECT ..."));
+        };
+        if !ct.columns.is_empty() {
+            return Err(invalid!(
+                "CREATE SINK {name}: the columns come from the query; do not list them"
+            ));
+        }
+        resolve_path(&mut options, &self.base_dir());
+        let options = Options::new(options);
+        if options.get("connector").is_none() {
+            return Err(invalid!(
+                "sink {name}: WITH (connector = ...) is required (connectors: {})",
+                weir_connectors::SINK_CONNECTORS.join(", ")
+            ));
+        }
+        let (plan, _) = self.logical_plan(Statement::Query(query))?;
+        if !reads_tables(&plan) {
+            return Err(invalid!("sink {name}: the query reads no table"));
+        }
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let sink = create_sink(name, name, schema, &options, settings.exactly_once)?;
+        StreamPlanner::new(
+            &self.catalog,
+            self.state.execution_props(),
+            settings.parallelism,
+        )
+        .plan_job(name, &plan, sink)
+    }
+
+    pub(super) fn create_sink(&mut self, ct: CreateTable, text: &str) -> Result<StatementResult> {
+        let data_dir = self.data_dir()?;
+        let name = object_name(&ct.name)?;
+        if !valid_job_name(&name) {
+            return Err(invalid!(
+                "sink name '{name}': use letters, digits and _ (it names files and directories)"
+            ));
+        }
+        if self.jobs.contains_key(&name) || job_dir(&data_dir, &name).join("job.json").exists() {
+            if ct.if_not_exists {
+                return Ok(StatementResult::Command("CREATE SINK".into()));
+            }
+            return Err(invalid!(
+                "sink {name} already exists (DROP SINK {name} first)"
+            ));
+        }
+        let mut options = table_options(&ct, &name)?;
+        let settings = self.job_settings(&mut options)?;
+        let graph = self.plan_sink(&name, ct, &settings, options)?;
+        let record = JobRecord {
+            name: name.clone(),
+            statement: text.trim().to_string(),
+            tables: self.catalog.tables().map(|t| t.ddl.clone()).collect(),
+            settings,
+            base_dir: self.base_dir(),
+            state: JobState::Running,
+            error: None,
+        };
+        let dir = job_dir(&data_dir, &name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| PlanError::io(format!("cannot clear '{}'", dir.display()), e))?;
+        }
+        record.save(&data_dir)?;
+        self.start_job(record, graph)?;
+        Ok(StatementResult::Command("CREATE SINK".into()))
+    }
+
+    fn start_job(&mut self, record: JobRecord, graph: JobGraph) -> Result<Vec<String>> {
+        let data_dir = self.data_dir()?;
+        let config = JobConfig {
+            align_barriers: record.settings.exactly_once,
+            checkpoint: Some(CheckpointConfig {
+                dir: job_dir(&data_dir, &record.name),
+                interval: record.settings.checkpoint_interval,
+                retain: record.settings.checkpoints_retained,
+            }),
+            ..JobConfig::default()
+        };
+        let handle = spawn_job(graph, config)?;
+        let notes = handle.notes().to_vec();
+        let last_epoch = handle.restored_epoch().unwrap_or(0);
+        self.jobs.insert(
+            record.name.clone(),
+            ManagedJob {
+                record,
+                handle: Some(handle),
+                last_metrics: None,
+                last_epoch,
+            },
+        );
+        Ok(notes)
+    }
+
+    /// Resumes every unfinished job recorded in the data directory. Returns warnings.
+    pub(super) fn resume_jobs(&mut self) -> Result<Vec<String>> {
+        let Some(data_dir) = self.config.data_dir.clone() else {
+            return Ok(Vec::new());
+        };
+        let (records, mut warnings) = JobRecord::load_all(&data_dir)?;
+        for mut record in records {
+            if record.state == JobState::Finished || self.jobs.contains_key(&record.name) {
+                continue;
+            }
+            if let Some(p) = self.config.resume_parallelism {
+                record.settings.parallelism = p;
+            }
+            let name = record.name.clone();
+            let planned = self.plan_recorded(&record);
+            match planned.and_then(|graph| {
+                record.state = JobState::Running;
+                record.error = None;
+                record.save(&data_dir)?;
+                self.start_job(record, graph)
+            }) {
+                Ok(notes) => warnings.extend(notes.into_iter().map(|n| format!("job {name}: {n}"))),
+                Err(e) => warnings.push(format!("job {name} could not resume: {e}")),
+            }
+        }
+        Ok(warnings)
+    }
+
+    /// Plans a recorded job again, in a scratch session holding the tables it was created
+    /// with, so later changes to the catalog do not change a running job.
+    fn plan_recorded(&mut self, record: &JobRecord) -> Result<JobGraph> {
+        let config = SessionConfig {
+            parallelism: record.settings.parallelism,
+            data_dir: None,
+            base_dir: Some(record.base_dir.clone()),
+            ..SessionConfig::default()
+        };
+        let (mut scratch, _) = Session::open_catalog_only(config)?;
+        for ddl in &record.tables {
+            scratch.execute(&StatementText {
+                text: ddl.clone(),
+                line: 1,
+            })?;
+        }
+        let parsed = parse_statement(&record.statement, 1)?;
+        let Statement::CreateTable(ct) = parsed.statement else {
+            return Err(PlanError::Internal(format!(
+                "job {}: stored statement is not CREATE SINK",
+                record.name
+            )));
+        };
+        let mut options = table_options(&ct, &record.name)?;
+        scratch.job_settings(&mut options)?;
+        scratch.plan_sink(&record.name, ct, &record.settings, options)
+    }
+
+    /// SHOW JOBS, CANCEL JOB name, DROP SINK [IF EXISTS] name; `None` for other statements.
+    pub(super) fn execute_job_command(&mut self, text: &str) -> Result<Option<StatementResult>> {
+        let words: Vec<String> = text
+            .trim()
+            .trim_end_matches(';')
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let upper: Vec<String> = words.iter().map(|w| w.to_ascii_uppercase()).collect();
+        let upper: Vec<&str> = upper.iter().map(String::as_str).collect();
+        let name = |w: &str| w.trim_matches('"').to_ascii_lowercase();
+        match upper.as_slice() {
+            ["SHOW", "JOBS"] => Ok(Some(self.show_jobs())),
+            ["CANCEL", "JOB", _] => {
+                let name = name(&words[2]);
+                let data_dir = self.data_dir()?;
+                let job = self
+                    .jobs
+                    .get_mut(&name)
+                    .filter(|j| j.handle.is_some())
+                    .ok_or_else(|| {
+                        invalid!("no running job named {name} (SHOW JOBS lists them)")
+                    })?;
+                if let Some(h) = &job.handle {
+                    h.stop();
+                }
+                job.wait(&data_dir)?;
+                Ok(Some(StatementResult::Command("CANCEL JOB".into())))
+            }
+            ["DROP", "SINK", "IF", "EXISTS", _] | ["DROP", "SINK", _] => {
+                let if_exists = upper.len() == 5;
+                let name = name(&words[words.len() - 1]);
+                let data_dir = self.data_dir()?;
+                let dir = job_dir(&data_dir, &name);
+                if let Some(mut job) = self.jobs.remove(&name) {
+                    if let Some(h) = &job.handle {
+                        h.stop();
+                    }
+                    job.wait(&data_dir)?;
+                } else if !dir.exists() {
+                    if if_exists {
+                        return Ok(Some(StatementResult::Command("DROP SINK".into())));
+                    }
+                    return Err(invalid!("no sink named {name}"));
+                }
+                std::fs::remove_dir_all(&dir)
+                    .map_err(|e| PlanError::io(format!("cannot delete '{}'", dir.display()), e))?;
+                Ok(Some(StatementResult::Command("DROP SINK".into())))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn show_jobs(&mut self) -> StatementResult {
+        if let Some(data_dir) = self.config.data_dir.clone() {
+            for job in self.jobs.values_mut() {
+                let _ = job.reap(&data_dir);
+            }
+        }
+        let rows = self
+            .jobs
+            .values()
+            .map(|j| {
+                let m = j.metrics().unwrap_or_default();
+                let state = if j.handle.is_some() {
+                    JobState::Running
+                } else {
+                    j.record.state
+                };
+                vec![
+                    j.record.name.clone(),
+                    state.as_str().to_string(),
+                    j.checkpoint_epoch().to_string(),
+                    if m.watermark == i64::MIN {
+                        String::new()
+                    } else {
+                        format_timestamp(m.watermark)
+                    },
+                    m.rows_in.to_string(),
+                    m.rows_out.to_string(),
+                    m.late_rows.to_string(),
+                    j.record.error.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        text_rows(
+            &[
+                "name",
+                "state",
+                "checkpoint",
+                "watermark",
+                "rows_in",
+                "rows_out",
+                "late_rows",
+                "error",
+            ],
+            rows,
+        )
+    }
+
+    /// Whether any job of this session is still running.
+    pub fn has_running_jobs(&self) -> bool {
+        self.jobs.values().any(|j| j.handle.is_some())
+    }
+
+    /// Waits until every job of this session ended. When `interrupted` turns true, stops
+    /// them all with a final checkpoint (they resume at the next start). Returns each job's
+    /// name, final state and error.
+    pub fn wait_for_jobs(
+        &mut self,
+        interrupted: &AtomicBool,
+    ) -> Result<Vec<(String, JobState, Option<String>)>> {
+        let data_dir = match self.config.data_dir.clone() {
+            Some(d) => d,
+            None => return Ok(Vec::new()),
+        };
+        let mut stopping = false;
+        while self.has_running_jobs() {
+            if !stopping && interrupted.load(Ordering::SeqCst) {
+                stopping = true;
+                self.jobs
+                    .values()
+                    .filter_map(|j| j.handle.as_ref())
+                    .for_each(|h| h.stop());
+            }
+            for job in self.jobs.values_mut() {
+                job.reap(&data_dir)?;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(self
+            .jobs
+            .values()
+            .map(|j| {
+                (
+                    j.record.name.clone(),
+                    j.record.state,
+                    j.record.error.clone(),
+                )
+            })
+            .collect())
+    }
+
+    /// Stops every running job with a final checkpoint and waits for it.
+    pub fn stop_jobs(&mut self) -> Result<()> {
+        self.wait_for_jobs(&AtomicBool::new(true)).map(|_| ())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.stop_jobs();
+    }
+}

@@ -1,0 +1,410 @@
+//! Crash tests: a real `weir` child process writing a file sink is killed with SIGKILL at
+//! random moments and resumed with `weir resume` (at other parallelisms too); the committed
+//! output is then compared row by row with the golden results.
+//!
+//! - every windowed query of the .slt files, as a sink job with checkpoints every few rows,
+//!   killed and resumed at parallelism 2, 3 and 1: output equal to the .slt golden.
+//! - 1,000,000 out-of-order rows with late ones, at least 20 kills: exactly-once output equals
+//!   DataFusion batch SQL over the same rows (late rows removed by a plain replay) as a
+//!   multiset; at-least-once output misses no row.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use chrono::DateTime;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::prelude::{CsvReadOptions, SessionContext};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use common::process::{committed_lines, finish, kill_at_random, spawn, wait_for_file};
+use weir_planner::display::batch_rows;
+
+fn tests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+/// A windowed query of an .slt file with its golden rows and the tables it needs.
+struct Golden {
+    file: String,
+    tables: Vec<String>,
+    query: String,
+    expected: Vec<String>,
+}
+
+/// Reads the `statement ok` CREATE TABLEs and the windowed `query` blocks of an .slt file.
+fn windowed_queries(path: &Path) -> Vec<Golden> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut tables = Vec::new();
+    let mut out = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let head = line.trim();
+        let is_statement = head == "statement ok";
+        let is_query = head.starts_with("query ");
+        if !is_statement && !is_query {
+            continue;
+        }
+        let mut sql = Vec::new();
+        while let Some(l) = lines.peek() {
+            if l.trim().is_empty() || l.trim() == "----" {
+                break;
+            }
+            sql.push(lines.next().unwrap().to_string());
+        }
+        let sql = sql.join("\n");
+        if is_statement {
+            if sql
+                .trim_start()
+                .to_ascii_uppercase()
+                .starts_with("CREATE TABLE")
+            {
+                tables.push(sql);
+            }
+            continue;
+        }
+        let mut expected = Vec::new();
+        if lines.peek().is_some_and(|l| l.trim() == "----") {
+            lines.next();
+            while let Some(l) = lines.next() {
+                if l.trim().is_empty() {
+                    break;
+                }
+                expected.push(l.split_whitespace().collect::<Vec<_>>().join(" "));
+            }
+        }
+        let upper = sql.to_ascii_uppercase();
+        let windowed = upper.contains("TUMBLE") || upper.contains("HOP");
+        let select = upper.trim_start().starts_with("SELECT");
+        if select && windowed && !upper.contains("LIMIT") && !upper.contains("ORDER BY") {
+            out.push(Golden {
+                file: path.file_name().unwrap().to_string_lossy().into_owned(),
+                tables: tables.clone(),
+                query: sql,
+                expected,
+            });
+        }
+    }
+    out
+}
+
+/// Slows a table down so that a kill lands mid-stream: one row per batch at 20 rows/s for
+/// files, 1,000 events/s for the generator.
+fn throttled(ddl: &str) -> String {
+    let extra = if ddl.contains("'nexmark'") {
+        ", rate = '1000', batch_size = '10'"
+    } else {
+        ", rate = '20', batch_size = '1'"
+    };
+    let close = ddl.rfind(')').expect("WITH (...)");
+    format!("{}{extra}{}", &ddl[..close], &ddl[close..])
+}
+
+/// A sink CSV line in the .slt text form (values separated by spaces, NULL for empty).
+fn as_slt_row(line: &str) -> String {
+    line.split(',')
+        .map(|v| if v.is_empty() { "NULL" } else { v })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn every_windowed_slt_query_survives_kills_and_rescaling() {
+    let mut goldens = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(tests_dir().join("slt"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    for f in files {
+        goldens.extend(windowed_queries(&f));
+    }
+    assert!(
+        goldens.len() >= 8,
+        "found only {} windowed queries",
+        goldens.len()
+    );
+    let mut rng = StdRng::seed_from_u64(7);
+    for (i, g) in goldens.iter().enumerate() {
+        eprintln!("{} query {i}: {}", g.file, g.query);
+        let work = tempfile::tempdir().unwrap();
+        let data = work.path().join("data");
+        let out = work.path().join("out");
+        let mut script = String::new();
+        for t in &g.tables {
+            writeln!(script, "{};", throttled(t)).unwrap();
+        }
+        writeln!(
+            script,
+            "CREATE SINK golden WITH (connector = 'file', path = '{}', format = 'csv', \
+             checkpoint_interval = '30ms') AS {};",
+            out.display(),
+            g.query
+        )
+        .unwrap();
+        let script_path = work.path().join("job.sql");
+        std::fs::write(&script_path, &script).unwrap();
+        let data_arg = data.to_str().unwrap();
+        let cwd = tests_dir();
+        let mut first = spawn(
+            &[
+                "-f",
+                script_path.to_str().unwrap(),
+                "--data-dir",
+                data_arg,
+                "--parallelism",
+                "2",
+            ],
+            &cwd,
+        );
+        wait_for_file(&mut first, &data.join("jobs/golden/job.json"));
+        kill_at_random(first, &mut rng, (50, 400));
+        for p in ["3", "1"] {
+            let child = spawn(
+                &["resume", "--data-dir", data_arg, "--parallelism", p],
+                &cwd,
+            );
+            kill_at_random(child, &mut rng, (50, 400));
+        }
+        let last = spawn(
+            &["resume", "--data-dir", data_arg, "--parallelism", "2"],
+            &cwd,
+        );
+        finish(last, "final resume");
+        let mut got: Vec<String> = committed_lines(&out)
+            .iter()
+            .map(|l| as_slt_row(l))
+            .collect();
+        got.sort();
+        let mut expected = g.expected.clone();
+        expected.sort();
+        assert_eq!(
+            got, expected,
+            "query {i} of {}:\n{}\n(script {script})",
+            g.file, g.query
+        );
+    }
+}
+
+const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01 00:00:00 UTC
+const BOUND_MS: i64 = 2_000;
+const ROWS: usize = 1_000_000;
+
+fn ts_text(ms: i64) -> String {
+    DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .format("%Y-%m-%d %H:%M:%S%.3f")
+        .to_string()
+}
+
+/// Writes `ROWS` rows (ids in order, times mostly increasing, 20% out of order within the
+/// bound, 1% far behind it) for weir, and the same with each row's prior watermark for the
+/// reference.
+fn write_big_input(dir: &Path) -> (PathBuf, PathBuf) {
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut data = String::with_capacity(ROWS * 40);
+    let mut reference = String::with_capacity(ROWS * 64);
+    data.push_str("id,k,v,ts\n");
+    reference.push_str("id,k,v,ts,wprev\n");
+    let mut t = BASE_MS;
+    let mut running = i64::MIN;
+    for id in 0..ROWS {
+        t += rng.gen_range(0..10);
+        let r: f64 = rng.gen();
+        let ts = if r < 0.2 {
+            t - rng.gen_range(0..BOUND_MS)
+        } else if r < 0.21 {
+            t - BOUND_MS - rng.gen_range(0..30_000)
+        } else {
+            t
+        };
+        let k = rng.gen_range(0..10);
+        let v: i64 = rng.gen_range(-100..1000);
+        let wprev = if running == i64::MIN {
+            "1900-01-01 00:00:00.000".to_string()
+        } else {
+            ts_text(running)
+        };
+        writeln!(data, "{id},k{k},{v},{}", ts_text(ts)).unwrap();
+        writeln!(reference, "{id},k{k},{v},{},{wprev}", ts_text(ts)).unwrap();
+        running = running.max(ts - BOUND_MS);
+    }
+    let (d, r) = (dir.join("events.csv"), dir.join("reference.csv"));
+    std::fs::write(&d, data).unwrap();
+    std::fs::write(&r, reference).unwrap();
+    (d, r)
+}
+
+/// TUMBLE 10 s count/sum by key over the reference rows that are not late, by DataFusion.
+fn reference_rows(reference: &Path) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, false),
+            Field::new("ts", ts(), false),
+            Field::new("wprev", ts(), false),
+        ]);
+        ctx.register_csv(
+            "ref",
+            reference.to_str().unwrap(),
+            CsvReadOptions::new().schema(&schema).has_header(true),
+        )
+        .await
+        .unwrap();
+        let bin = "date_bin(INTERVAL '10 seconds', ts, TIMESTAMP '1970-01-01 00:00:00')";
+        let sql = format!(
+            "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total FROM (
+               SELECT *, {bin} AS window_start, {bin} + INTERVAL '10 seconds' AS window_end FROM ref)
+             WHERE window_end > wprev GROUP BY window_start, window_end, k"
+        );
+        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        let mut rows = Vec::new();
+        for b in &batches {
+            for r in batch_rows(b).unwrap() {
+                rows.push(
+                    r.into_iter()
+                        .map(|v| v.unwrap_or_default())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                );
+            }
+        }
+        rows.sort();
+        rows
+    })
+}
+
+/// Runs the sink job over the big input with `kills` SIGKILLs at random moments, resuming at
+/// random parallelism; returns the committed lines (sorted) and how many kills hit a running
+/// job.
+fn run_with_kills(
+    work: &Path,
+    events: &Path,
+    delivery: &str,
+    kills: usize,
+) -> (Vec<String>, usize) {
+    let data = work.join("data");
+    let out = work.join("out");
+    let script = format!(
+        "CREATE TABLE events (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+           WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+         WITH (connector = 'file', path = '{}', format = 'csv', header = 'true',
+               batch_size = '2000', rate = '100000');
+         SET checkpoint_interval = '100ms';
+         SET delivery = '{delivery}';
+         CREATE SINK big WITH (connector = 'file', path = '{}', format = 'csv') AS
+         SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total
+         FROM TUMBLE(events, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, k;",
+        events.display(),
+        out.display()
+    );
+    let script_path = work.join("job.sql");
+    std::fs::write(&script_path, script).unwrap();
+    let data_arg = data.to_str().unwrap();
+    let mut rng = StdRng::seed_from_u64(if delivery == "exactly_once" { 1 } else { 2 });
+    let mut first = spawn(
+        &[
+            "-f",
+            script_path.to_str().unwrap(),
+            "--data-dir",
+            data_arg,
+            "--parallelism",
+            "2",
+        ],
+        work,
+    );
+    wait_for_file(&mut first, &data.join("jobs/big/job.json"));
+    let mut killed = usize::from(kill_at_random(first, &mut rng, (100, 600)));
+    for _ in 1..kills {
+        let p = rng.gen_range(1..=3).to_string();
+        let child = spawn(
+            &["resume", "--data-dir", data_arg, "--parallelism", &p],
+            work,
+        );
+        killed += usize::from(kill_at_random(child, &mut rng, (150, 700)));
+    }
+    finish(
+        spawn(&["resume", "--data-dir", data_arg], work),
+        "final resume",
+    );
+    let staged: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(
+        staged.is_empty(),
+        "staged files left after the job finished: {staged:?}"
+    );
+    let mut lines = committed_lines(&out);
+    lines.sort();
+    (lines, killed)
+}
+
+fn counts(lines: &[String]) -> BTreeMap<&str, usize> {
+    let mut m = BTreeMap::new();
+    for l in lines {
+        *m.entry(l.as_str()).or_insert(0) += 1;
+    }
+    m
+}
+
+#[test]
+fn a_million_rows_survive_twenty_kills_exactly_once_and_at_least_once() {
+    let work = tempfile::tempdir().unwrap();
+    let (events, reference) = write_big_input(work.path());
+    let expected = reference_rows(&reference);
+    assert!(expected.len() > 1000, "{} reference rows", expected.len());
+
+    let eo = work.path().join("exactly_once");
+    std::fs::create_dir_all(&eo).unwrap();
+    let (got, killed) = run_with_kills(&eo, &events, "exactly_once", 21);
+    assert!(killed >= 20, "only {killed} kills hit a running job");
+    if got != expected {
+        let (g, e) = (counts(&got), counts(&expected));
+        let missing: Vec<_> = e.keys().filter(|k| !g.contains_key(*k)).take(5).collect();
+        let extra: Vec<_> = g
+            .iter()
+            .filter(|(k, n)| e.get(*k).is_none_or(|m| *n > m))
+            .take(5)
+            .collect();
+        panic!(
+            "exactly-once output differs: {} rows vs {} expected; missing {missing:?}; extra or duplicated {extra:?}",
+            got.len(),
+            expected.len()
+        );
+    }
+
+    let alo = work.path().join("at_least_once");
+    std::fs::create_dir_all(&alo).unwrap();
+    let (got, killed) = run_with_kills(&alo, &events, "at_least_once", 21);
+    assert!(killed >= 20, "only {killed} kills hit a running job");
+    let g = counts(&got);
+    let missing: Vec<_> = expected
+        .iter()
+        .filter(|k| !g.contains_key(k.as_str()))
+        .take(5)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "at-least-once lost rows, e.g. {missing:?}"
+    );
+    let wrong: Vec<_> = g
+        .keys()
+        .filter(|k| expected.binary_search(&k.to_string()).is_err())
+        .take(5)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "at-least-once wrote rows no window has: {wrong:?}"
+    );
+}
