@@ -24,6 +24,9 @@ pub struct TaskInfo {
     pub metrics: Arc<JobMetrics>,
     /// The operator's state: its task's store under the operator's own key prefix.
     pub state: StateHandle,
+    /// The checkpoint the job resumed from (0: a fresh start). Epochs of this run follow it,
+    /// so what an operator labels with an epoch never collides with an earlier run's.
+    pub restored_epoch: u64,
 }
 
 /// Builds one operator instance per task. Also describes itself for EXPLAIN.

@@ -61,6 +61,9 @@ pub struct StreamPlanner<'a> {
     props: &'a ExecutionProps,
     parallelism: usize,
     stages: Vec<Stage>,
+    /// Keep the stages the same at every parallelism (no chaining that depends on it), so a
+    /// checkpoint taken at one parallelism restores at another. Durable jobs need this.
+    fixed_shape: bool,
 }
 
 fn arrow_schema(schema: &DFSchemaRef) -> SchemaRef {
@@ -82,7 +85,14 @@ impl<'a> StreamPlanner<'a> {
             props,
             parallelism: parallelism.max(1),
             stages: Vec::new(),
+            fixed_shape: false,
         }
+    }
+
+    /// Plans stages that do not depend on the parallelism (see `fixed_shape`).
+    pub fn with_fixed_shape(mut self) -> Self {
+        self.fixed_shape = true;
+        self
     }
 
     /// Plans `plan` with `sink` consuming its results in a single instance.
@@ -117,7 +127,7 @@ impl<'a> StreamPlanner<'a> {
 
     /// Makes sure the stream is produced by a single instance (merging if needed).
     fn single(&mut self, stream: Stream, name: &str) -> Stream {
-        if self.stages[stream.stage].parallelism == 1 {
+        if self.stages[stream.stage].parallelism == 1 && !self.fixed_shape {
             return stream;
         }
         self.stages.push(Stage {
@@ -522,7 +532,8 @@ impl<'a> StreamPlanner<'a> {
         } else {
             self.parallelism
         };
-        let stage = if parallelism == 1 && self.stages[input.stage].parallelism == 1 {
+        let chain = !self.fixed_shape && parallelism == 1;
+        let stage = if chain && self.stages[input.stage].parallelism == 1 {
             input.stage
         } else {
             self.stages.push(Stage {

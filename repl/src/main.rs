@@ -74,8 +74,9 @@ fn main() -> ExitCode {
         eprintln!("warning: {w}");
     }
     if let (true, Some(interrupted)) = (resume, interrupted.clone()) {
+        let resumed_all = session.resume_failures().is_empty();
         let mut runner = runner::Runner::new(&mut session, cli.format, interrupted);
-        return if runner.wait_for_jobs() {
+        return if runner.wait_for_jobs() && resumed_all {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE

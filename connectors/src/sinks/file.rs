@@ -143,7 +143,7 @@ impl OperatorFactory for FileSinkFactory {
         Ok(Box::new(FileSinkOperator {
             spec: self.clone(),
             info: task.clone(),
-            epoch: task.state.restore().map_or(1, |r| r.epoch + 1),
+            epoch: task.restored_epoch + 1,
             file: None,
             run: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -128,7 +128,7 @@ impl OperatorFactory for WindowAggregateSpec {
             metrics: Arc::clone(&task.metrics),
             group_ids: Vec::new(),
             budget: task.state.memory_budget(),
-            store: WindowStore::open(task.state.clone(), route)?,
+            store: WindowStore::open(task.state.clone(), route, task.restored_epoch)?,
         }))
     }
 }

@@ -79,17 +79,16 @@ pub struct WindowStore {
 impl WindowStore {
     /// Opens the parts of a restored instance, or starts empty. With a repartitioned
     /// restore, copies the parts' rows that route to this instance into the working store.
-    pub fn open(handle: StateHandle, route: PartRoute) -> Result<Self> {
+    pub fn open(handle: StateHandle, route: PartRoute, restored_epoch: u64) -> Result<Self> {
         let mut me = Self {
             handle,
             stored: BTreeSet::new(),
-            epoch: 1,
+            epoch: restored_epoch + 1,
             counter: 0,
         };
         let Some(restore) = me.handle.restore() else {
             return Ok(me);
         };
-        me.epoch = restore.epoch + 1;
         let (lo, hi) = me.handle.all();
         match restore.repartition {
             None => {

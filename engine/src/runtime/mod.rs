@@ -165,9 +165,14 @@ impl Restore {
         if same {
             Ok(())
         } else {
+            let now: Vec<(&str, usize)> = graph
+                .stages
+                .iter()
+                .map(|s| (s.name.as_str(), s.parallelism))
+                .collect();
             Err(EngineError::BadInput(format!(
                 "job '{}' was planned differently when checkpoint {} was taken \
-                 (stages then: {:?}); it cannot resume from it",
+                 (stages then: {:?}, now: {now:?}); it cannot resume from it",
                 graph.name, m.epoch, m.stages
             )))
         }
@@ -204,7 +209,6 @@ impl Restore {
             link_copy(&self.dir.checkpoints().join(dir), working)?;
             let store: Arc<dyn StateBackend> = Arc::new(RocksDbStateBackend::open(working)?);
             let restore = RestoreSet {
-                epoch: self.manifest.epoch,
                 stores: vec![Arc::clone(&store)],
                 repartition: None,
             };
@@ -218,7 +222,6 @@ impl Restore {
             })
             .collect::<Result<Vec<_>>>()?;
         let restore = RestoreSet {
-            epoch: self.manifest.epoch,
             stores,
             repartition: Some((task.instance, parallelism)),
         };
@@ -401,6 +404,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                 parallelism: stage.parallelism,
                 metrics: Arc::clone(&metrics),
                 state: StateHandle::new(Arc::clone(&task_state), 0),
+                restored_epoch,
             };
             let ops = stage
                 .chain

@@ -10,8 +10,6 @@ use crate::error::{EngineError, Result};
 
 /// The checkpointed state a task restores from.
 pub struct RestoreSet {
-    /// The epoch of the checkpoint restored.
-    pub epoch: u64,
     /// Stores holding the stage's checkpointed state. With the parallelism unchanged this is
     /// the task's own working store (restored in place from its instance's checkpoint); else
     /// every old instance's checkpoint, opened read-only.

@@ -120,6 +120,8 @@ pub struct Session {
     runtime: Option<tokio::runtime::Runtime>,
     /// Sink jobs this session started or resumed, by name.
     jobs: BTreeMap<String, crate::jobs::ManagedJob>,
+    /// Jobs that could not resume at start, with why.
+    resume_failures: Vec<String>,
 }
 
 pub(crate) fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> StatementResult {
@@ -163,6 +165,7 @@ impl Session {
             jobs_started: 0,
             runtime: None,
             jobs: BTreeMap::new(),
+            resume_failures: Vec::new(),
         };
         let mut warnings = Vec::new();
         for text in ddl {

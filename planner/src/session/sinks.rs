@@ -29,8 +29,11 @@ fn valid_job_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Makes a relative `path` option absolute against `base`.
-pub(super) fn resolve_path(options: &mut [(String, String)], base: &Path) {
+/// Makes a relative `path` option absolute against `base` (when set: a job planned again
+/// resolves paths against the directory it was created in; otherwise paths stay as written
+/// and are relative to the working directory).
+pub(super) fn resolve_path(options: &mut [(String, String)], base: Option<&Path>) {
+    let Some(base) = base else { return };
     for (k, v) in options.iter_mut() {
         if k.eq_ignore_ascii_case("path") && Path::new(v.as_str()).is_relative() {
             *v = base.join(v.as_str()).to_string_lossy().into_owned();
@@ -91,7 +94,7 @@ impl Session {
                 "CREATE SINK {name}: the columns come from the query; do not list them"
             ));
         }
-        resolve_path(&mut options, &self.base_dir());
+        resolve_path(&mut options, self.config.base_dir.as_deref());
         let options = Options::new(options);
         if options.get("connector").is_none() {
             return Err(invalid!(
@@ -110,6 +113,7 @@ impl Session {
             self.state.execution_props(),
             settings.parallelism,
         )
+        .with_fixed_shape()
         .plan_job(name, &plan, sink)
     }
 
@@ -199,7 +203,11 @@ impl Session {
                 self.start_job(record, graph)
             }) {
                 Ok(notes) => warnings.extend(notes.into_iter().map(|n| format!("job {name}: {n}"))),
-                Err(e) => warnings.push(format!("job {name} could not resume: {e}")),
+                Err(e) => {
+                    let message = format!("job {name} could not resume: {e}");
+                    self.resume_failures.push(message.clone());
+                    warnings.push(message);
+                }
             }
         }
         Ok(warnings)
@@ -331,6 +339,11 @@ impl Session {
             ],
             rows,
         )
+    }
+
+    /// Jobs that could not resume when the session opened.
+    pub fn resume_failures(&self) -> &[String] {
+        &self.resume_failures
     }
 
     /// Whether any job of this session is still running.
