@@ -53,6 +53,7 @@ pub struct JobSettings {
     pub checkpoint_interval: Duration,
     pub exactly_once: bool,
     pub checkpoints_retained: usize,
+    pub memory_budget: usize,
 }
 
 /// What is stored about a job.
@@ -90,6 +91,7 @@ impl JobRecord {
                 "checkpoint_interval_ms": self.settings.checkpoint_interval.as_millis() as u64,
                 "delivery": if self.settings.exactly_once { "exactly_once" } else { "at_least_once" },
                 "checkpoints_retained": self.settings.checkpoints_retained,
+                "memory_budget": self.settings.memory_budget,
             },
             "base_dir": self.base_dir.to_string_lossy(),
             "state": self.state.as_str(),
@@ -112,6 +114,9 @@ impl JobRecord {
                 checkpoint_interval: Duration::from_millis(s["checkpoint_interval_ms"].as_u64()?),
                 exactly_once: s["delivery"].as_str()? == "exactly_once",
                 checkpoints_retained: s["checkpoints_retained"].as_u64()? as usize,
+                memory_budget: s["memory_budget"]
+                    .as_u64()
+                    .map_or(weir_engine::runtime::DEFAULT_MEMORY_BUDGET, |b| b as usize),
             },
             base_dir: PathBuf::from(v["base_dir"].as_str()?),
             state: JobState::parse(v["state"].as_str()?)?,

@@ -51,6 +51,8 @@ pub struct SessionConfig {
     pub base_dir: Option<PathBuf>,
     /// Parallelism of resumed jobs (`weir resume --parallelism`); `None`: as created.
     pub resume_parallelism: Option<usize>,
+    /// Bytes of window state each task keeps in memory before spilling to its store.
+    pub memory_budget: usize,
 }
 
 impl Default for SessionConfig {
@@ -63,6 +65,7 @@ impl Default for SessionConfig {
             checkpoints_retained: 3,
             base_dir: None,
             resume_parallelism: None,
+            memory_budget: weir_engine::runtime::DEFAULT_MEMORY_BUDGET,
         }
     }
 }
@@ -257,6 +260,14 @@ impl Session {
         Ok((self.state.optimize(&plan)?, names))
     }
 
+    /// How ad-hoc queries run.
+    fn job_config(&self) -> JobConfig {
+        JobConfig {
+            memory_budget: self.config.memory_budget,
+            ..JobConfig::default()
+        }
+    }
+
     fn next_job_name(&mut self) -> String {
         self.jobs_started += 1;
         format!("query-{}", self.jobs_started)
@@ -284,7 +295,7 @@ impl Session {
             },
             _ => None,
         };
-        let job = spawn_job(graph, JobConfig::default())?;
+        let job = spawn_job(graph, self.job_config())?;
         Ok(StatementResult::Query(QueryRun {
             schema,
             events: rx,
@@ -354,7 +365,7 @@ impl Session {
             ));
         }
         let started = Instant::now();
-        let job = spawn_job(graph, JobConfig::default())?;
+        let job = spawn_job(graph, self.job_config())?;
         let run = QueryRun {
             schema: Arc::new(Schema::empty()),
             events: rx,

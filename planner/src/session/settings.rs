@@ -37,6 +37,40 @@ pub(super) fn parse_duration(value: &str) -> Result<Duration> {
     Ok(d)
 }
 
+/// `'1048576'`, `'64KB'`, `'256MB'`, `'2GB'` (binary units): a positive size in bytes.
+pub(super) fn parse_bytes(value: &str) -> Result<usize> {
+    let v = value.trim().trim_matches('\'').trim().to_ascii_uppercase();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let number: usize = number
+        .parse()
+        .map_err(|_| invalid!("expected a size such as '64MB', got '{value}'"))?;
+    let scale: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KB" | "K" | "KIB" => 1 << 10,
+        "MB" | "M" | "MIB" => 1 << 20,
+        "GB" | "G" | "GIB" => 1 << 30,
+        _ => {
+            return Err(invalid!(
+                "unknown unit in size '{value}' (use B, KB, MB or GB)"
+            ))
+        }
+    };
+    number
+        .checked_mul(scale)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| invalid!("size '{value}' must be positive and fit in memory"))
+}
+
+fn format_bytes(n: usize) -> String {
+    match n {
+        n if n % (1 << 30) == 0 => format!("{}GB", n >> 30),
+        n if n % (1 << 20) == 0 => format!("{}MB", n >> 20),
+        n if n % (1 << 10) == 0 => format!("{}KB", n >> 10),
+        n => format!("{n}B"),
+    }
+}
+
 fn format_duration(d: Duration) -> String {
     if d.subsec_millis() == 0 {
         format!("{}s", d.as_secs())
@@ -122,6 +156,11 @@ impl Session {
                 "exactly_once: aligned barriers, output visible at checkpoints; at_least_once: no alignment, output written through, replays may repeat it",
             ),
             (
+                "memory_budget",
+                format_bytes(self.config.memory_budget),
+                "window state each task keeps in memory before spilling to its RocksDB store",
+            ),
+            (
                 "checkpoints_retained",
                 self.config.checkpoints_retained.to_string(),
                 "complete checkpoints kept per job",
@@ -149,6 +188,10 @@ impl Session {
             }
             "delivery" => {
                 self.config.exactly_once = parse_delivery(value)?;
+                Ok(())
+            }
+            "memory_budget" => {
+                self.config.memory_budget = parse_bytes(value)?;
                 Ok(())
             }
             "checkpoints_retained" => {

@@ -65,6 +65,7 @@ impl Session {
             checkpoint_interval: self.config.checkpoint_interval,
             exactly_once: self.config.exactly_once,
             checkpoints_retained: self.config.checkpoints_retained,
+            memory_budget: self.config.memory_budget,
         };
         let mut rest = Vec::new();
         for (k, v) in options.drain(..) {
@@ -159,6 +160,7 @@ impl Session {
         let data_dir = self.data_dir()?;
         let config = JobConfig {
             align_barriers: record.settings.exactly_once,
+            memory_budget: record.settings.memory_budget,
             checkpoint: Some(CheckpointConfig {
                 dir: job_dir(&data_dir, &record.name),
                 interval: record.settings.checkpoint_interval,
