@@ -168,8 +168,10 @@ impl JobDir {
         })
     }
 
-    /// Deletes checkpoints older than the newest `retain` manifests, and state directories
-    /// of epochs that never got a manifest (failed checkpoints) below the newest one.
+    /// Deletes checkpoints older than the newest `retain` manifests, and whatever sits under
+    /// the name of an epoch that never got a manifest (failed checkpoints) below the newest
+    /// one. Best effort: what cannot be deleted now is tried again next time; returns the
+    /// first problem.
     pub fn prune(&self, retain: usize) -> Result<()> {
         let epochs = self.manifest_epochs()?;
         let keep_from = epochs
@@ -182,28 +184,33 @@ impl JobDir {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return Ok(());
         };
+        let mut first_error = None;
         for entry in entries.filter_map(|e| e.ok()) {
             let name = entry.file_name().to_string_lossy().into_owned();
+            let is_manifest = name.starts_with("manifest-");
             let epoch = name
                 .strip_prefix("manifest-")
                 .and_then(|n| n.strip_suffix(".json"))
                 .unwrap_or(&name)
                 .parse::<u64>();
             let Ok(epoch) = epoch else { continue };
-            let is_manifest = name.starts_with("manifest-");
-            let doomed =
-                epoch < keep_from || (!is_manifest && !epochs.contains(&epoch) && epoch < newest);
-            if doomed {
-                let path = entry.path();
-                let r = if is_manifest {
-                    std::fs::remove_file(&path)
-                } else {
-                    std::fs::remove_dir_all(&path)
-                };
-                r.map_err(|e| EngineError::io(format!("cannot delete '{}'", path.display()), e))?;
+            let failed = !is_manifest && !epochs.contains(&epoch) && epoch < newest;
+            if epoch >= keep_from && !failed {
+                continue;
+            }
+            let path = entry.path();
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            if let Err(e) = removed {
+                first_error.get_or_insert_with(|| {
+                    EngineError::io(format!("cannot delete '{}'", path.display()), e)
+                });
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Removes the state directory of a checkpoint that failed.

@@ -343,6 +343,11 @@ impl Session {
         )
     }
 
+    /// Checkpoint counters of a job this session runs.
+    pub fn job_checkpoints(&self, name: &str) -> Option<weir_engine::checkpoint::StatsSnapshot> {
+        self.jobs.get(name)?.handle.as_ref()?.checkpoints()
+    }
+
     /// Jobs that could not resume when the session opened.
     pub fn resume_failures(&self) -> &[String] {
         &self.resume_failures
