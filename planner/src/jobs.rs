@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use weir_engine::checkpoint::JobDir;
+use weir_engine::checkpoint::{JobDir, StatsSnapshot};
 use weir_engine::{JobHandle, MetricsSnapshot};
 
 use crate::error::{PlanError, Result};
@@ -176,6 +176,8 @@ pub struct ManagedJob {
     pub handle: Option<JobHandle>,
     /// Counters when the job ended.
     pub last_metrics: Option<MetricsSnapshot>,
+    /// Checkpoint counters when the job ended.
+    pub last_checkpoints: Option<StatsSnapshot>,
     pub last_epoch: u64,
 }
 
@@ -192,8 +194,8 @@ impl ManagedJob {
         self.last_epoch = handle
             .checkpoints()
             .map_or(self.last_epoch, |c| c.last_epoch);
-        let metrics = handle.metrics();
-        self.last_metrics = Some(metrics);
+        self.last_metrics = Some(handle.metrics());
+        self.last_checkpoints = handle.checkpoints();
         let (state, error) = match handle.wait() {
             // Whether it ran to its end or stopped at a checkpoint, the newest manifest says.
             Ok(_) => {
@@ -208,6 +210,10 @@ impl ManagedJob {
         };
         self.record.state = state;
         self.record.error = error;
+        if state == JobState::Finished {
+            // Nothing will resume: the working stores are garbage.
+            let _ = std::fs::remove_dir_all(job_dir(data_dir, &self.record.name).join("state"));
+        }
         self.record.save(data_dir)
     }
 

@@ -69,7 +69,7 @@ fn windowed_queries(path: &Path) -> Vec<Golden> {
         let mut expected = Vec::new();
         if lines.peek().is_some_and(|l| l.trim() == "----") {
             lines.next();
-            while let Some(l) = lines.next() {
+            for l in lines.by_ref() {
                 if l.trim().is_empty() {
                     break;
                 }

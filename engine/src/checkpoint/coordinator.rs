@@ -24,6 +24,8 @@ pub struct CheckpointStats {
     failed: AtomicU64,
     last_epoch: AtomicU64,
     last_duration_us: AtomicU64,
+    total_duration_us: AtomicU64,
+    max_duration_us: AtomicU64,
     last_bytes: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
@@ -37,6 +39,9 @@ pub struct StatsSnapshot {
     pub last_epoch: u64,
     /// From barrier injection to manifest written.
     pub last_duration: Duration,
+    /// Mean and maximum of that over the completed checkpoints.
+    pub mean_duration: Duration,
+    pub max_duration: Duration,
     /// Bytes of state written by the newest checkpoint (state files are hard links, so most
     /// of it is shared with the working stores and older checkpoints).
     pub last_bytes: u64,
@@ -50,6 +55,11 @@ impl CheckpointStats {
             failed: self.failed.load(Ordering::Relaxed),
             last_epoch: self.last_epoch.load(Ordering::Relaxed),
             last_duration: Duration::from_micros(self.last_duration_us.load(Ordering::Relaxed)),
+            mean_duration: Duration::from_micros(
+                self.total_duration_us.load(Ordering::Relaxed)
+                    / self.completed.load(Ordering::Relaxed).max(1),
+            ),
+            max_duration: Duration::from_micros(self.max_duration_us.load(Ordering::Relaxed)),
             last_bytes: self.last_bytes.load(Ordering::Relaxed),
             last_error: self.last_error.lock().ok().and_then(|e| e.clone()),
         }
@@ -316,8 +326,10 @@ impl Coordinator {
                 let s = &self.stats;
                 s.completed.fetch_add(1, Ordering::Relaxed);
                 s.last_epoch.store(f.epoch, Ordering::Relaxed);
-                s.last_duration_us
-                    .store(f.started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                let took = f.started.elapsed().as_micros() as u64;
+                s.last_duration_us.store(took, Ordering::Relaxed);
+                s.total_duration_us.fetch_add(took, Ordering::Relaxed);
+                s.max_duration_us.fetch_max(took, Ordering::Relaxed);
                 s.last_bytes.store(
                     dir_size(&self.dir.checkpoints().join(format!("{:020}", f.epoch))),
                     Ordering::Relaxed,

@@ -177,6 +177,7 @@ impl Session {
                 record,
                 handle: Some(handle),
                 last_metrics: None,
+                last_checkpoints: None,
                 last_epoch,
             },
         );
@@ -343,9 +344,27 @@ impl Session {
         )
     }
 
-    /// Checkpoint counters of a job this session runs.
+    /// Checkpoint counters of a job of this session (as it ended, once it ended).
     pub fn job_checkpoints(&self, name: &str) -> Option<weir_engine::checkpoint::StatsSnapshot> {
-        self.jobs.get(name)?.handle.as_ref()?.checkpoints()
+        let job = self.jobs.get(name)?;
+        match &job.handle {
+            Some(h) => h.checkpoints(),
+            None => job.last_checkpoints.clone(),
+        }
+    }
+
+    /// Counters of a job of this session (as it ended, once it ended).
+    pub fn job_metrics(&self, name: &str) -> Option<weir_engine::MetricsSnapshot> {
+        self.jobs.get(name)?.metrics()
+    }
+
+    /// Cancels a job without a checkpoint, as a crash would stop it; it resumes from its last
+    /// checkpoint at the next start. For benchmarks and tests of recovery.
+    pub fn abort_job(&mut self, name: &str) {
+        if let Some(handle) = self.jobs.get_mut(name).and_then(|j| j.handle.take()) {
+            handle.cancel();
+            let _ = handle.wait();
+        }
     }
 
     /// Jobs that could not resume when the session opened.
