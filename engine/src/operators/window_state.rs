@@ -220,6 +220,39 @@ impl WindowStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::arrow::array::Int64Array;
+
+    fn part(values: &[i64]) -> RecordBatch {
+        RecordBatch::try_from_iter([(
+            "k0",
+            Arc::new(Int64Array::from(values.to_vec())) as ArrayRef,
+        )])
+        .unwrap()
+    }
+
+    #[test]
+    fn a_window_is_one_key_range_read_and_dropped_whole() {
+        let handle = StateHandle::in_memory();
+        let mut store = WindowStore::open(handle.clone(), PartRoute::Keys(1), 0).unwrap();
+        store
+            .write_parts(vec![(20, part(&[1, 2])), (10, part(&[3]))])
+            .unwrap();
+        store.next_epoch(1);
+        store.write_parts(vec![(10, part(&[4, 5]))]).unwrap();
+        assert_eq!(store.ready(15), vec![10]);
+        assert_eq!(store.ready(i64::MAX), vec![10, 20]);
+        let schema = part(&[]).schema();
+        let taken = store.take(10, &schema).unwrap();
+        let rows: usize = taken.iter().map(|b| b.num_rows()).sum();
+        assert_eq!((taken.len(), rows), (2, 3));
+        assert!(!store.has(10));
+        assert!(store.take(10, &schema).unwrap().is_empty());
+        // Only the window ending at 20 is left in the store.
+        let (lo, hi) = handle.all();
+        let left = handle.store().unwrap().scan(&lo, &hi).unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(decode_end(&left[0].0[1..]).unwrap(), 20);
+    }
 
     #[test]
     fn ends_keep_their_order_when_encoded() {
