@@ -8,6 +8,7 @@ pub mod error;
 pub mod file;
 pub mod nexmark;
 pub mod options;
+pub mod rate;
 pub mod sinks;
 
 use std::sync::Arc;

@@ -12,7 +12,6 @@
 //! three streams agree on ids and times.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use datafusion::arrow::array::{ArrayRef, Int64Builder, StringBuilder, TimestampNanosecondBuilder};
 use datafusion::arrow::compute::cast;
@@ -27,6 +26,7 @@ use weir_engine::{
 
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
+use crate::rate::RateLimit;
 
 const OPTIONS: &[&str] = &[
     "connector",
@@ -203,8 +203,7 @@ impl NexmarkSourceFactory {
         NexmarkReader {
             spec: self.clone(),
             generator,
-            started: Instant::now(),
-            emitted: 0,
+            limit: RateLimit::new(self.rate),
         }
     }
 }
@@ -250,8 +249,7 @@ impl SourceFactory for NexmarkSourceFactory {
 pub struct NexmarkReader {
     spec: NexmarkSourceFactory,
     generator: EventGenerator,
-    started: Instant,
-    emitted: u64,
+    limit: RateLimit,
 }
 
 impl NexmarkReader {
@@ -380,7 +378,7 @@ impl NexmarkReader {
                 ]
             }
         };
-        self.emitted += taken as u64;
+        self.limit.took(taken);
         let schema = &self.spec.schema;
         let projected = self
             .spec
@@ -415,14 +413,9 @@ impl SourceReader for NexmarkReader {
                 return Ok(SourcePoll::Exhausted);
             }
         }
-        let mut n = self.spec.batch_size;
-        if let Some(rate) = self.spec.rate {
-            let allowed = (self.started.elapsed().as_secs_f64() * rate as f64) as u64;
-            let budget = allowed.saturating_sub(self.emitted);
-            if budget == 0 {
-                return Ok(SourcePoll::Pending);
-            }
-            n = n.min(budget as usize);
+        let n = self.limit.allowance(self.spec.batch_size);
+        if n == 0 {
+            return Ok(SourcePoll::Pending);
         }
         let batch = self.batch(n)?;
         if batch.num_rows() == 0 {

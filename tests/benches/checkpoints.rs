@@ -12,24 +12,15 @@
 //!    checkpoint, as in a crash), then resumed: time to restore (job running again) and to the
 //!    first new committed output, and the size of the checkpoint.
 
+mod util;
+
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use util::{env_usize, median};
 use weir_planner::sql::StatementText;
 use weir_planner::{Session, SessionConfig};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 fn run(session: &mut Session, sql: &str) {
     session
@@ -164,21 +155,6 @@ fn write_state_input(path: &Path, rows: usize) {
     }
 }
 
-fn dir_size(path: &Path) -> u64 {
-    std::fs::read_dir(path)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .map(|e| match e.metadata() {
-                    Ok(m) if m.is_dir() => dir_size(&e.path()),
-                    Ok(m) => m.len(),
-                    Err(_) => 0,
-                })
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
 fn committed_files(out: &Path) -> usize {
     std::fs::read_dir(out)
         .map(|d| {
@@ -242,7 +218,7 @@ fn restart(rows: usize) {
         c.last_epoch,
         c.last_duration.as_secs_f64() * 1e3,
         c.last_bytes as f64 / 1e6,
-        dir_size(&state_dir) as f64 / 1e6
+        weir_engine::checkpoint::disk_usage(&state_dir) as f64 / 1e6
     );
     let files_before = committed_files(&out);
     let started = Instant::now();

@@ -7,25 +7,16 @@
 //! Each figure is the median of `WEIR_BENCH_RUNS` runs (default 3). Run with
 //! `cargo bench -p weir-tests --bench tumble`.
 
+mod util;
+
 use std::io::Write;
 use std::time::Instant;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::prelude::{CsvReadOptions, SessionContext};
+use util::{env_usize, median};
 use weir_planner::sql::StatementText;
 use weir_planner::{Session, SessionConfig, StatementResult};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// Bids in time order with mild disorder: 1,000 events/s of event time, 10,000 auctions.
 fn write_bids(path: &std::path::Path, rows: usize) {

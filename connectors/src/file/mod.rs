@@ -25,6 +25,7 @@ use weir_engine::{
 
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
+use crate::rate::RateLimit;
 pub use format::FileFormat;
 pub use records::{FilePosition, RecordReader};
 
@@ -205,8 +206,7 @@ impl FileSourceFactory {
                 && matches!(self.format, FileFormat::Csv { header: true, .. }),
             records,
             skipped: 0,
-            started: std::time::Instant::now(),
-            read: 0,
+            rate: RateLimit::new(self.rate),
         })
     }
 }
@@ -280,9 +280,7 @@ pub struct FileReader {
     skip_header: bool,
     records: RecordReader,
     skipped: u64,
-    /// For the rate limit: when reading started and records read since.
-    started: std::time::Instant,
-    read: u64,
+    rate: RateLimit,
 }
 
 impl FileReader {
@@ -347,19 +345,14 @@ impl SourceReader for FileReader {
 
     fn poll_next(&mut self) -> EngineResult<SourcePoll> {
         loop {
-            let mut want = self.spec.batch_size;
-            if let Some(rate) = self.spec.rate {
-                let allowed = (self.started.elapsed().as_secs_f64() * rate as f64) as u64;
-                let budget = allowed.saturating_sub(self.read);
-                if budget == 0 {
-                    return Ok(SourcePoll::Pending);
-                }
-                want = want.min(budget as usize);
+            let want = self.rate.allowance(self.spec.batch_size);
+            if want == 0 {
+                return Ok(SourcePoll::Pending);
             }
             let Some(mut recs) = self.records.next_records(want)? else {
                 return Ok(SourcePoll::Exhausted);
             };
-            self.read += recs.len() as u64;
+            self.rate.took(recs.len());
             if self.skip_header && !recs.is_empty() {
                 self.skip_header = false;
                 let (_, end, _) = recs.spans.remove(0);

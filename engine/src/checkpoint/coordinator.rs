@@ -245,16 +245,7 @@ impl Coordinator {
                 f.acked.insert(task);
                 f.sources.extend(source);
                 f.state.extend(state.map(|s| (task, s)));
-                f.commits.extend(
-                    commits
-                        .into_iter()
-                        .map(|(operator, payload)| PendingCommit {
-                            task,
-                            operator,
-                            epoch,
-                            payload,
-                        }),
-                );
+                f.commits.extend(pending(task, epoch, commits));
                 if let Some(e) = error {
                     f.error.get_or_insert(format!("task {task}: {e}"));
                 }
@@ -265,17 +256,7 @@ impl Coordinator {
                 commits,
                 epoch,
             } => {
-                self.uncommitted
-                    .extend(
-                        commits
-                            .into_iter()
-                            .map(|(operator, payload)| PendingCommit {
-                                task,
-                                operator,
-                                epoch,
-                                payload,
-                            }),
-                    );
+                self.uncommitted.extend(pending(task, epoch, commits));
                 self.finished.insert(task, source);
             }
         }
@@ -331,7 +312,7 @@ impl Coordinator {
                 s.total_duration_us.fetch_add(took, Ordering::Relaxed);
                 s.max_duration_us.fetch_max(took, Ordering::Relaxed);
                 s.last_bytes.store(
-                    dir_size(&self.dir.checkpoints().join(format!("{:020}", f.epoch))),
+                    disk_usage(&self.dir.checkpoints().join(format!("{:020}", f.epoch))),
                     Ordering::Relaxed,
                 );
                 // Old checkpoints are garbage now; failing to delete them is not an error of
@@ -391,6 +372,22 @@ impl Coordinator {
     }
 }
 
+/// A task's sink payloads of `epoch`, as pending commits.
+fn pending(
+    task: TaskId,
+    epoch: u64,
+    commits: Vec<(usize, Vec<u8>)>,
+) -> impl Iterator<Item = PendingCommit> {
+    commits
+        .into_iter()
+        .map(move |(operator, payload)| PendingCommit {
+            task,
+            operator,
+            epoch,
+            payload,
+        })
+}
+
 /// Hands each committer its payloads (`recover`: the restart path, which also aborts
 /// leftovers, so every committer is called even with none).
 pub(crate) fn commit(
@@ -413,14 +410,15 @@ pub(crate) fn commit(
     Ok(())
 }
 
-fn dir_size(path: &std::path::Path) -> u64 {
+/// Bytes of the files under `path` (hard links count fully).
+pub fn disk_usage(path: &std::path::Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(path) else {
         return 0;
     };
     entries
         .filter_map(|e| e.ok())
         .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) if m.is_dir() => disk_usage(&e.path()),
             Ok(m) => m.len(),
             Err(_) => 0,
         })

@@ -16,7 +16,7 @@ mod coordinator;
 mod manifest;
 
 pub(crate) use coordinator::{commit, Coordinator, TaskLinks};
-pub use coordinator::{CheckpointStats, CoordinatorExit, StatsSnapshot};
+pub use coordinator::{disk_usage, CheckpointStats, CoordinatorExit, StatsSnapshot};
 pub use manifest::{JobDir, Manifest, PendingCommit, SourceCheckpoint, TaskId};
 
 use std::path::PathBuf;
