@@ -7,8 +7,8 @@
 //!    at-least-once at 1 s. `WEIR_BENCH_EVENTS` events per run (default 10,000,000),
 //!    `WEIR_BENCH_RUNS` runs (default 3), medians.
 //! 2. Restart with large window state: a job whose open windows hold about
-//!    `WEIR_BENCH_STATE_ROWS` distinct groups (default 8,000,000; a 1-hour lateness bound keeps
-//!    them open) is stopped hard right after a checkpoint (tasks cancelled, no final
+//!    three quarters of `WEIR_BENCH_STATE_ROWS` distinct groups (default 16,000,000 rows; a
+//!    1-hour lateness bound keeps them open) is stopped hard right after a checkpoint (tasks cancelled, no final
 //!    checkpoint, as in a crash), then resumed: time to restore (job running again) and to the
 //!    first new committed output, and the size of the checkpoint.
 
@@ -137,13 +137,14 @@ fn overhead(events: usize, runs: usize) {
     println!("(baseline {base:.0} events/s)\n");
 }
 
-/// Rows with distinct ids, 2 per millisecond of event time.
+/// Rows with distinct ids, 4 per millisecond of event time (a 1-hour bound keeps up to
+/// 14,400,000 of them in open windows).
 fn write_state_input(path: &Path, rows: usize) {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     let base = 1_704_067_200_000i64;
     writeln!(f, "id,price,ts").unwrap();
     for i in 0..rows as i64 {
-        let ms = base + i / 2;
+        let ms = base + i / 4;
         let dt = chrono::DateTime::from_timestamp_millis(ms).unwrap();
         writeln!(
             f,
@@ -244,7 +245,7 @@ fn restart(rows: usize) {
 fn main() {
     let events = env_usize("WEIR_BENCH_EVENTS", 10_000_000);
     let runs = env_usize("WEIR_BENCH_RUNS", 3);
-    let state_rows = env_usize("WEIR_BENCH_STATE_ROWS", 8_000_000);
+    let state_rows = env_usize("WEIR_BENCH_STATE_ROWS", 16_000_000);
     if std::env::var("WEIR_BENCH_SKIP_OVERHEAD").is_err() {
         overhead(events, runs);
     }
