@@ -22,7 +22,7 @@ pub use options::Options;
 /// The connectors a table can name.
 pub const SOURCE_CONNECTORS: &[&str] = &["file", "nexmark"];
 /// The connectors a sink can name.
-pub const SINK_CONNECTORS: &[&str] = &["file"];
+pub const SINK_CONNECTORS: &[&str] = &["file", "postgres"];
 
 /// Builds a sink from its WITH options; `job` names the job (part files carry it).
 pub fn create_sink(
@@ -36,6 +36,13 @@ pub fn create_sink(
     let connector = options.take_required("connector")?;
     match connector.as_str() {
         "file" => Ok(Arc::new(sinks::FileSinkFactory::from_options(
+            sink,
+            job,
+            schema,
+            &mut options,
+            exactly_once,
+        )?)),
+        "postgres" => Ok(Arc::new(sinks::PostgresSinkFactory::from_options(
             sink,
             job,
             schema,

@@ -27,6 +27,10 @@ pub enum EngineError {
     /// An error from Arrow kernels.
     #[error(transparent)]
     Arrow(#[from] ArrowError),
+    /// An external system (a sink's server) failed or refused; the message names the sink
+    /// and why.
+    #[error("{0}")]
+    External(String),
     /// The job was cancelled before it finished.
     #[error("job cancelled")]
     Cancelled,

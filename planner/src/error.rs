@@ -73,6 +73,7 @@ impl PlanError {
             PlanError::Connector(_) => "22023",
             PlanError::Engine(EngineError::BadInput(_)) => "22P02",
             PlanError::Engine(EngineError::Cancelled) => "57014",
+            PlanError::Engine(EngineError::External(_)) => "58000",
             PlanError::Io { .. } => "58030",
             PlanError::Engine(_) | PlanError::Internal(_) => "XX000",
         }

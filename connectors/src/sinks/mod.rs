@@ -2,6 +2,8 @@
 
 pub mod channel;
 pub mod file;
+pub mod postgres;
 
 pub use channel::{ChannelSink, SinkEvent};
 pub use file::FileSinkFactory;
+pub use postgres::PostgresSinkFactory;

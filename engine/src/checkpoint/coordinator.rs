@@ -296,10 +296,14 @@ impl Coordinator {
             state: f.state,
             commits: self.uncommitted.clone(),
         };
+        fault_point("before_manifest", f.epoch);
         let written = match f.error {
             Some(e) => Err(EngineError::State(e)),
             None => self.dir.write_manifest(&manifest),
         };
+        if written.is_ok() {
+            fault_point("before_commit", f.epoch);
+        }
         match written {
             Ok(()) => {
                 self.commit_all()?;
@@ -369,6 +373,18 @@ impl Coordinator {
         commit(&self.committers, &self.uncommitted, false)?;
         self.uncommitted.clear();
         Ok(())
+    }
+}
+
+/// Crash-test hook: with `WEIR_FAULT=<point>:<epoch>` in the environment the process aborts at
+/// that point of that checkpoint (`before_manifest`: every task pre-committed, no manifest
+/// yet; `before_commit`: the manifest is written, nothing committed), as a crash would.
+fn fault_point(point: &str, epoch: u64) {
+    if let Ok(fault) = std::env::var("WEIR_FAULT") {
+        if fault == format!("{point}:{epoch}") {
+            eprintln!("WEIR_FAULT: aborting at {point} of checkpoint {epoch}");
+            std::process::abort();
+        }
     }
 }
 

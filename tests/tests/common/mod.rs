@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod pg;
 pub mod process;
 
 use datafusion::arrow::datatypes::DataType;

@@ -1,0 +1,317 @@
+//! The PostgreSQL sink against a real server (started by the test in a temporary directory):
+//! exactly-once through SIGKILLs and crashes injected between pre-commit, manifest and commit;
+//! the table then holds exactly the rows of the same query run straight, and no prepared
+//! transaction is left. Plus the errors a user meets at CREATE SINK.
+
+mod common;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use common::pg::PgServer;
+use common::process::{finish, kill_at_random, spawn, wait_for_file};
+use common::{execute, session, text_rows, Collected};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use weir_planner::{Session, SessionConfig};
+
+const QUERY: &str = "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total \
+     FROM TUMBLE(events, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, k";
+
+/// 20,000 rows, time order with disorder within the 2 s bound and some late rows.
+fn write_events(path: &Path) {
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut text = String::from("id,k,v,ts\n");
+    let mut t = 1_704_067_200_000i64;
+    for id in 0..20_000 {
+        t += rng.gen_range(0..20);
+        let ts = if rng.gen_bool(0.2) {
+            t - rng.gen_range(0..2_000)
+        } else if rng.gen_bool(0.01) {
+            t - 10_000
+        } else {
+            t
+        };
+        let dt = chrono::DateTime::from_timestamp_millis(ts).unwrap();
+        writeln!(
+            text,
+            "{id},k{},{},{}",
+            rng.gen_range(0..7),
+            rng.gen_range(-50..500),
+            dt.format("%Y-%m-%d %H:%M:%S%.3f")
+        )
+        .unwrap();
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+fn events_ddl(path: &Path, rate: u32) -> String {
+    format!(
+        "CREATE TABLE events (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+           WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+         WITH (connector = 'file', path = '{}', header = 'true', batch_size = '100', rate = '{rate}')",
+        path.display()
+    )
+}
+
+/// The query's rows run straight, as psql prints them (`|`-separated), sorted.
+fn straight_rows(events: &Path) -> Vec<String> {
+    let mut s = session(2);
+    execute(&mut s, &events_ddl(events, 100_000_000)).unwrap();
+    let Collected::Rows(_, batches) = execute(&mut s, QUERY).unwrap() else {
+        panic!("expected rows")
+    };
+    let mut rows: Vec<String> = text_rows(&batches)
+        .into_iter()
+        .map(|r| r.join("|"))
+        .collect();
+    rows.sort();
+    assert!(rows.len() > 100);
+    rows
+}
+
+fn table_rows(pg: &PgServer, table: &str) -> Vec<String> {
+    let mut rows = pg.psql(&format!(
+        "SELECT to_char(window_start, 'YYYY-MM-DD HH24:MI:SS'), \
+                to_char(window_end, 'YYYY-MM-DD HH24:MI:SS'), k, n, total FROM {table}"
+    ));
+    rows.sort();
+    rows
+}
+
+fn sink_script(dir: &Path, events: &Path, url: &str, table: &str, extra: &str) -> String {
+    let script = format!(
+        "{};\nSET checkpoint_interval = '50ms';\n\
+         CREATE SINK {table} WITH (connector = 'postgres', url = '{url}', table = '{table}', \
+         create_table = 'true'{extra}) AS {QUERY};\n",
+        events_ddl(events, 20_000)
+    );
+    let path = dir.join(format!("{table}.sql"));
+    std::fs::write(&path, script).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn exactly_once_into_postgres_through_kills_and_injected_crashes() {
+    let pg = PgServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let events = work.path().join("events.csv");
+    write_events(&events);
+    let expected = straight_rows(&events);
+
+    // Random SIGKILLs, resumed at other parallelisms.
+    let data = work.path().join("data_kills");
+    let script = sink_script(work.path(), &events, &pg.url(), "kills", "");
+    let data_arg = data.to_str().unwrap();
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut first = spawn(
+        &["-f", &script, "--data-dir", data_arg, "--parallelism", "2"],
+        work.path(),
+    );
+    wait_for_file(&mut first, &data.join("jobs/kills/job.json"));
+    kill_at_random(first, &mut rng, (100, 400));
+    for p in ["1", "3", "2", "1"] {
+        let child = spawn(
+            &["resume", "--data-dir", data_arg, "--parallelism", p],
+            work.path(),
+        );
+        kill_at_random(child, &mut rng, (100, 400));
+    }
+    finish(
+        spawn(&["resume", "--data-dir", data_arg], work.path()),
+        "final resume",
+    );
+    assert_eq!(table_rows(&pg, "kills"), expected);
+    assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty());
+
+    // Crashes at the two points of the protocol: after every pre-commit (transactions
+    // prepared, no manifest), and after the manifest (nothing committed yet).
+    for point in ["before_manifest", "before_commit"] {
+        let table = format!("crash_{point}");
+        let data = work.path().join(format!("data_{point}"));
+        let script = sink_script(work.path(), &events, &pg.url(), &table, "");
+        let data_arg = data.to_str().unwrap();
+        let out = std::process::Command::new(common::process::weir_binary())
+            .args(["-f", &script, "--data-dir", data_arg])
+            .current_dir(work.path())
+            .env("WEIR_FAULT", format!("{point}:3"))
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "{point}: the injected crash did not happen"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("WEIR_FAULT: aborting"), "{stderr}");
+        // The crash left a prepared transaction behind.
+        assert!(
+            !pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty(),
+            "{point}"
+        );
+        finish(
+            spawn(&["resume", "--data-dir", data_arg], work.path()),
+            "resume",
+        );
+        assert_eq!(table_rows(&pg, &table), expected, "{point}");
+        assert!(
+            pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty(),
+            "{point}"
+        );
+    }
+}
+
+#[test]
+fn upsert_on_a_primary_key_and_at_least_once_replays_overwrite() {
+    let pg = PgServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let events = work.path().join("events.csv");
+    write_events(&events);
+    let expected = straight_rows(&events);
+    let data = work.path().join("data");
+    let script = sink_script(
+        work.path(),
+        &events,
+        &pg.url(),
+        "upserted",
+        ", primary_key = 'window_start, k', delivery = 'at_least_once'",
+    );
+    let data_arg = data.to_str().unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut first = spawn(&["-f", &script, "--data-dir", data_arg], work.path());
+    wait_for_file(&mut first, &data.join("jobs/upserted/job.json"));
+    kill_at_random(first, &mut rng, (150, 400));
+    finish(
+        spawn(&["resume", "--data-dir", data_arg], work.path()),
+        "resume",
+    );
+    // Replayed rows overwrote their first copies: exactly the expected rows.
+    assert_eq!(table_rows(&pg, "upserted"), expected);
+}
+
+#[test]
+fn create_sink_checks_the_server_and_the_table() {
+    let pg = PgServer::start();
+    pg.psql("CREATE TABLE narrow (window_start TIMESTAMP, n BIGINT)");
+    let work = tempfile::tempdir().unwrap();
+    let events = work.path().join("events.csv");
+    write_events(&events);
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism: 1,
+        data_dir: Some(work.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    execute(&mut s, &events_ddl(&events, 1000)).unwrap();
+    let url = pg.url();
+    let closed = format!("postgresql://weir@127.0.0.1:{}/postgres", {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    });
+    let cases = [
+        (
+            format!("url = '{url}', table = 'missing'"),
+            "table 'missing' does not exist",
+        ),
+        (
+            format!("url = '{url}', table = 'narrow'"),
+            "has no column 'window_end'",
+        ),
+        (
+            format!("url = '{closed}', table = 't'"),
+            "cannot connect to",
+        ),
+        (
+            format!(
+                "url = 'postgresql://nobody@127.0.0.1:{}/postgres', table = 't'",
+                pg.port
+            ),
+            "cannot connect to",
+        ),
+        (
+            format!("url = '{url}', table = 't', primary_key = 'nope'"),
+            "no such column",
+        ),
+        ("table = 't'".to_string(), "missing option 'url'"),
+    ];
+    for (options, expected) in cases {
+        let sql = format!("CREATE SINK bad WITH (connector = 'postgres', {options}) AS {QUERY}");
+        let err = execute(&mut s, &sql)
+            .err()
+            .unwrap_or_else(|| panic!("{sql} passed"));
+        assert!(err.to_string().contains(expected), "{options}: {err}");
+    }
+    drop(pg);
+    // A server without prepared transactions cannot take exactly-once output.
+    let no_2pc = PgServer::start_with(0);
+    let sql = format!(
+        "CREATE SINK bad WITH (connector = 'postgres', url = '{}', table = 't', create_table = 'true') AS {QUERY}",
+        no_2pc.url()
+    );
+    let err = execute(&mut s, &sql).err().unwrap();
+    assert!(
+        err.to_string().contains("max_prepared_transactions = 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rows_land_with_postgres_types() {
+    let pg = PgServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism: 1,
+        data_dir: Some(work.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    let events = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/events.csv");
+    execute(
+        &mut s,
+        &format!(
+            "CREATE TABLE ev (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+               WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+             WITH (connector = 'file', path = '{}', header = 'true')",
+            events.display()
+        ),
+    )
+    .unwrap();
+    execute(
+        &mut s,
+        &format!(
+            "CREATE SINK typed WITH (connector = 'postgres', url = '{}', table = 'typed', create_table = 'true') AS
+             SELECT window_start, k, count(*) AS n, avg(v) AS mean, max(v) > 100 AS big, 'it''s' AS note
+             FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, k",
+            pg.url()
+        ),
+    )
+    .unwrap();
+    let jobs = s
+        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+    assert!(jobs.iter().all(|j| j.2.is_none()), "{jobs:?}");
+    let types = pg.psql(
+        "SELECT column_name || ' ' || data_type FROM information_schema.columns \
+         WHERE table_name = 'typed' ORDER BY ordinal_position",
+    );
+    assert_eq!(
+        types,
+        vec![
+            "window_start timestamp without time zone",
+            "k text",
+            "n bigint",
+            "mean double precision",
+            "big boolean",
+            "note text",
+        ]
+    );
+    let rows = pg.psql("SELECT k, n, big, note FROM typed ORDER BY window_start, k");
+    assert_eq!(rows[0], "a|4|f|it's");
+    let Collected::Rows(_, batches) = execute(
+        &mut s,
+        "SELECT count(*) FROM (SELECT window_start, k FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, k)",
+    )
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(rows.len().to_string(), text_rows(&batches)[0][0]);
+}
