@@ -30,7 +30,8 @@ pub struct TableDef {
     pub watermark: Option<TableWatermark>,
     pub options: Options,
     pub source: Arc<dyn SourceFactory>,
-    /// The CREATE statement, replayed on restart.
+    /// The CREATE statement, replayed on restart (empty for a materialized view, which its
+    /// job registers).
     pub ddl: String,
 }
 
@@ -104,7 +105,8 @@ impl Catalog {
             return Ok(());
         };
         let mut text = String::new();
-        for t in self.tables.values() {
+        // Views have no DDL of their own: their jobs register them at start.
+        for t in self.tables.values().filter(|t| !t.ddl.is_empty()) {
             text.push_str(&t.ddl);
             text.push_str(";\n");
         }

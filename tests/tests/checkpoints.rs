@@ -331,3 +331,75 @@ fn a_torn_newest_manifest_is_never_loaded() {
     assert!(stderr.contains("job s: finished"), "{stderr}");
     assert_eq!(sorted(committed_lines(&out)), straight_rows());
 }
+
+#[test]
+fn a_materialized_view_shows_only_whole_checkpoints_and_survives_restarts() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let expected = straight_rows();
+    let total: usize = expected.len();
+    {
+        let mut s = durable_session(&data);
+        execute(&mut s, &events_ddl(20)).unwrap();
+        execute(&mut s, "SET checkpoint_interval = '40ms'").unwrap();
+        execute(&mut s, &format!("CREATE MATERIALIZED VIEW mv AS {QUERY}")).unwrap();
+        let err = execute(&mut s, &format!("CREATE MATERIALIZED VIEW mv AS {QUERY}"))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("already exists"), "{err}");
+        // While the job runs, every read sees only final rows, whole windows (a window's
+        // rows are committed together), and never fewer rows than the read before.
+        let mut seen = Vec::new();
+        while s.has_running_jobs() {
+            let Collected::Rows(_, batches) = execute(
+                &mut s,
+                "SELECT window_start, window_end, k, n, total FROM mv ORDER BY window_start, k",
+            )
+            .unwrap() else {
+                panic!("rows")
+            };
+            let rows: Vec<String> = text_rows(&batches)
+                .into_iter()
+                .map(|r| r.join(","))
+                .collect();
+            for r in &rows {
+                assert!(expected.contains(r), "{r} is not a final row");
+                let window = r.split(',').next().unwrap();
+                let whole = expected.iter().filter(|e| e.starts_with(window)).count();
+                let have = rows.iter().filter(|e| e.starts_with(window)).count();
+                assert_eq!(have, whole, "window {window} is partly visible");
+            }
+            seen.push(rows.len());
+            let jobs = show_jobs(&mut s);
+            assert_eq!(jobs[0][0], "mv");
+            std::thread::sleep(Duration::from_millis(15));
+        }
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+        assert!(seen.iter().any(|n| *n > 0 && *n < total), "{seen:?}");
+    }
+    // After a restart the view is still there, and queries see all of it.
+    let mut s = durable_session(&data);
+    let Collected::Rows(_, batches) = execute(
+        &mut s,
+        "SELECT window_start, window_end, k, n, total FROM mv WHERE n >= 1",
+    )
+    .unwrap() else {
+        panic!("rows")
+    };
+    let mut rows: Vec<String> = text_rows(&batches)
+        .into_iter()
+        .map(|r| r.join(","))
+        .collect();
+    rows.sort();
+    assert_eq!(rows, expected);
+    let Collected::Rows(_, batches) =
+        execute(&mut s, "SELECT k, n FROM mv ORDER BY n DESC, k LIMIT 1").unwrap()
+    else {
+        panic!("rows")
+    };
+    assert_eq!(text_rows(&batches).len(), 1);
+    execute(&mut s, "DROP MATERIALIZED VIEW mv").unwrap();
+    let err = execute(&mut s, "SELECT * FROM mv").err().unwrap();
+    assert!(err.to_string().contains("mv"), "{err}");
+    assert!(!data.join("jobs/mv").exists());
+}

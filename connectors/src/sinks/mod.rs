@@ -3,7 +3,9 @@
 pub mod channel;
 pub mod file;
 pub mod postgres;
+pub mod view;
 
 pub use channel::{ChannelSink, SinkEvent};
 pub use file::FileSinkFactory;
 pub use postgres::PostgresSinkFactory;
+pub use view::{ViewSinkFactory, ViewSourceFactory};

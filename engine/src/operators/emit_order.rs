@@ -26,8 +26,7 @@ use crate::event_time::timestamps_as_nanos;
 use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::EventTime;
 use crate::operator::{Operator, Output};
-use crate::operators::window_state::{decode_batch, encode_batch};
-use crate::state::{StateHandle, WriteBatch};
+use crate::state::{decode_batch, encode_batch, StateHandle, WriteBatch};
 
 /// Plan node of the emit-order step.
 #[derive(Debug, Clone)]

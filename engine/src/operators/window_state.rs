@@ -8,20 +8,17 @@
 //! come out of a scan in order of end.
 
 use std::collections::BTreeSet;
-use std::io::Cursor;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray, UInt32Array};
 use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::ipc::reader::StreamReader;
-use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::{EngineError, Result};
 use crate::message::EventTime;
 use crate::runtime::partition_of_rows;
-use crate::state::{StateBackend, StateHandle, WriteBatch};
+use crate::state::{decode_batch, encode_batch, StateBackend, StateHandle, WriteBatch};
 
 const END_LEN: usize = 8;
 const KEY_LEN: usize = 1 + END_LEN + 8 + 4;
@@ -37,22 +34,6 @@ fn decode_end(bytes: &[u8]) -> Result<EventTime> {
         .and_then(|b| b.try_into().ok())
         .ok_or_else(|| EngineError::State("window state key too short".into()))?;
     Ok((u64::from_be_bytes(b) ^ (1 << 63)) as i64)
-}
-
-pub fn encode_batch(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
-    w.write(batch)?;
-    w.finish()?;
-    drop(w);
-    Ok(buf)
-}
-
-pub fn decode_batch(bytes: &[u8]) -> Result<RecordBatch> {
-    let mut r = StreamReader::try_new(Cursor::new(bytes), None)?;
-    r.next()
-        .transpose()?
-        .ok_or_else(|| EngineError::State("empty state entry".into()))
 }
 
 /// Which columns of a part route it to an instance: the group keys, or without keys the

@@ -11,8 +11,10 @@ mod rocks;
 pub use rocks::RocksDbStateBackend;
 
 mod handle;
+mod ipc;
 
 pub use handle::{RestoreSet, StateHandle, TaskState};
+pub use ipc::{decode_batch, encode_batch};
 
 use std::collections::BTreeMap;
 use std::ops::Bound;

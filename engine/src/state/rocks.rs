@@ -4,7 +4,9 @@
 //! tombstones, so dropping a fired window's state costs the same whatever its size. A
 //! checkpoint is a RocksDB checkpoint (hard links to immutable SST files), cheap to take.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use rocksdb::checkpoint::Checkpoint;
 use rocksdb::{IteratorMode, Options, ReadOptions, WriteBatch as RocksBatch, DB};
@@ -15,6 +17,11 @@ use crate::error::{EngineError, Result};
 fn state_error(what: &str, path: &Path, e: rocksdb::Error) -> EngineError {
     EngineError::State(format!("{what} '{}': {e}", path.display()))
 }
+
+/// Stores opened by [`RocksDbStateBackend::open_shared`], by path. They stay open until
+/// [`RocksDbStateBackend::close_shared`]: closing when the last user lets go would race with
+/// the next opener, which RocksDB refuses while the old handle still holds the lock.
+static SHARED: Mutex<BTreeMap<PathBuf, Arc<RocksDbStateBackend>>> = Mutex::new(BTreeMap::new());
 
 /// State kept in a RocksDB database.
 pub struct RocksDbStateBackend {
@@ -34,6 +41,29 @@ impl RocksDbStateBackend {
             db,
             path: path.to_path_buf(),
         })
+    }
+
+    /// Opens the store at `path` once per process: every caller gets the same instance
+    /// (RocksDB allows one opener per directory). A materialized view's store is written by
+    /// its sink and committer and read by queries.
+    pub fn open_shared(path: &Path) -> Result<Arc<Self>> {
+        let mut open = SHARED
+            .lock()
+            .map_err(|_| EngineError::Internal("shared stores poisoned".into()))?;
+        if let Some(store) = open.get(path) {
+            return Ok(Arc::clone(store));
+        }
+        let store = Arc::new(Self::open(path)?);
+        open.insert(path.to_path_buf(), Arc::clone(&store));
+        Ok(store)
+    }
+
+    /// Lets go of a store opened with [`RocksDbStateBackend::open_shared`] (it closes when
+    /// its last user is done), before its directory is deleted.
+    pub fn close_shared(path: &Path) {
+        if let Ok(mut open) = SHARED.lock() {
+            open.remove(path);
+        }
     }
 
     /// Opens a checkpoint written by [`StateBackend::checkpoint_to`] for reading only (several

@@ -125,6 +125,8 @@ pub struct Session {
     jobs: BTreeMap<String, crate::jobs::ManagedJob>,
     /// Jobs that could not resume at start, with why.
     resume_failures: Vec<String>,
+    /// The data directory of the job a scratch session plans again (views live there).
+    view_data_dir: Option<PathBuf>,
 }
 
 pub(crate) fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> StatementResult {
@@ -169,6 +171,7 @@ impl Session {
             runtime: None,
             jobs: BTreeMap::new(),
             resume_failures: Vec::new(),
+            view_data_dir: None,
         };
         let mut warnings = Vec::new();
         for text in ddl {
@@ -201,12 +204,15 @@ impl Session {
             statement,
             watermark,
             sink,
+            view,
         } = parsed;
-        if watermark.is_some() && (sink || !matches!(statement, Statement::CreateTable(_))) {
+        if watermark.is_some() && (sink || view || !matches!(statement, Statement::CreateTable(_)))
+        {
             return Err(invalid!("WATERMARK FOR belongs in CREATE TABLE"));
         }
         match statement {
-            Statement::CreateTable(ct) if sink => self.create_sink(ct, &stmt.text),
+            Statement::CreateTable(ct) if sink => self.create_job(ct, &stmt.text, false),
+            Statement::CreateTable(ct) if view => self.create_job(ct, &stmt.text, true),
             Statement::CreateTable(ct) => self.create_table(ct, watermark, &stmt.text),
             Statement::Drop {
                 object_type: ObjectType::Table,

@@ -6,14 +6,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::sql::sqlparser::ast::{CreateTable, Statement};
+use weir_connectors::sinks::{ViewSinkFactory, ViewSourceFactory};
 use weir_connectors::{create_sink, Options};
 use weir_engine::checkpoint::CheckpointConfig;
+use weir_engine::OperatorFactory;
 use weir_engine::{spawn_job, JobConfig, JobGraph};
 
 use super::ddl::{object_name, table_options};
 use super::settings::{parse_delivery, parse_duration};
 use super::{text_rows, Session, SessionConfig, StatementResult};
+use crate::catalog::TableDef;
 use crate::display::format_timestamp;
 use crate::error::{PlanError, Result};
 use crate::invalid;
@@ -79,25 +83,34 @@ impl Session {
         Ok(settings)
     }
 
-    /// Plans a sink job from its CREATE SINK statement.
+    /// Plans a sink job (or, with `view`, a materialized view's job) from its statement.
+    /// Returns the job and the schema of its rows.
     fn plan_sink(
         &mut self,
         name: &str,
         ct: CreateTable,
         settings: &JobSettings,
         mut options: Vec<(String, String)>,
-    ) -> Result<JobGraph> {
+        view: bool,
+    ) -> Result<(JobGraph, SchemaRef)> {
+        let what = if view { "MATERIALIZED VIEW" } else { "SINK" };
         let Some(query) = ct.query else {
-            return Err(invalid!("CREATE SINK {name} needs AS SELECT ..."));
+            return Err(invalid!("CREATE {what} {name} needs AS SELECT ..."));
         };
         if !ct.columns.is_empty() {
             return Err(invalid!(
-                "CREATE SINK {name}: the columns come from the query; do not list them"
+                "CREATE {what} {name}: the columns come from the query; do not list them"
             ));
         }
         resolve_path(&mut options, self.config.base_dir.as_deref());
         let options = Options::new(options);
-        if options.get("connector").is_none() {
+        if view {
+            if let Some((k, _)) = options.iter().next() {
+                return Err(invalid!(
+                    "materialized view {name}: unknown option '{k}' (allowed: checkpoint_interval, delivery)"
+                ));
+            }
+        } else if options.get("connector").is_none() {
             return Err(invalid!(
                 "sink {name}: WITH (connector = ...) is required (connectors: {})",
                 weir_connectors::SINK_CONNECTORS.join(", ")
@@ -105,42 +118,112 @@ impl Session {
         }
         let (plan, _) = self.logical_plan(Statement::Query(query))?;
         if !reads_tables(&plan) {
-            return Err(invalid!("sink {name}: the query reads no table"));
+            return Err(invalid!("{name}: the query reads no table"));
         }
-        let schema = Arc::new(plan.schema().as_arrow().clone());
-        let sink = create_sink(name, name, schema, &options, settings.exactly_once)?;
-        StreamPlanner::new(
+        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let sink: Arc<dyn OperatorFactory> = if view {
+            Arc::new(ViewSinkFactory {
+                view: name.to_string(),
+                dir: self.view_dir(name)?,
+                schema: Arc::clone(&schema),
+                exactly_once: settings.exactly_once,
+            })
+        } else {
+            create_sink(
+                name,
+                name,
+                Arc::clone(&schema),
+                &options,
+                settings.exactly_once,
+            )?
+        };
+        let graph = StreamPlanner::new(
             &self.catalog,
             self.state.execution_props(),
             settings.parallelism,
         )
         .with_fixed_shape()
-        .plan_job(name, &plan, sink)
+        .plan_job(name, &plan, sink)?;
+        Ok((graph, schema))
     }
 
-    pub(super) fn create_sink(&mut self, ct: CreateTable, text: &str) -> Result<StatementResult> {
+    /// Where a materialized view keeps its rows. Scratch sessions planning a recorded job
+    /// have no data directory of their own; they get it from the job's record.
+    fn view_dir(&self, name: &str) -> Result<PathBuf> {
+        let data = self
+            .config
+            .data_dir
+            .clone()
+            .or_else(|| self.view_data_dir.clone())
+            .ok_or_else(|| {
+                invalid!("materialized views need a data directory: start weir with --data-dir DIR")
+            })?;
+        Ok(job_dir(&data, name).join("view"))
+    }
+
+    /// Makes a materialized view readable as a table.
+    fn register_view(&mut self, name: &str, schema: SchemaRef) -> Result<()> {
+        let source = Arc::new(ViewSourceFactory {
+            view: name.to_string(),
+            dir: self.view_dir(name)?,
+            schema: Arc::clone(&schema),
+        });
+        self.catalog.insert(TableDef {
+            name: name.to_string(),
+            schema,
+            watermark: None,
+            options: Options::new([("connector".to_string(), "materialized view".to_string())]),
+            source,
+            ddl: String::new(),
+        })
+    }
+
+    /// CREATE SINK, or with `view` CREATE MATERIALIZED VIEW.
+    pub(super) fn create_job(
+        &mut self,
+        ct: CreateTable,
+        text: &str,
+        view: bool,
+    ) -> Result<StatementResult> {
+        let (what, tag, drop) = if view {
+            (
+                "materialized view",
+                "CREATE MATERIALIZED VIEW",
+                "DROP MATERIALIZED VIEW",
+            )
+        } else {
+            ("sink", "CREATE SINK", "DROP SINK")
+        };
         let data_dir = self.data_dir()?;
         let name = object_name(&ct.name)?;
         if !valid_job_name(&name) {
             return Err(invalid!(
-                "sink name '{name}': use letters, digits and _ (it names files and directories)"
+                "{what} name '{name}': use letters, digits and _ (it names files and directories)"
             ));
         }
         if self.jobs.contains_key(&name) || job_dir(&data_dir, &name).join("job.json").exists() {
             if ct.if_not_exists {
-                return Ok(StatementResult::Command("CREATE SINK".into()));
+                return Ok(StatementResult::Command(tag.into()));
             }
             return Err(invalid!(
-                "sink {name} already exists (DROP SINK {name} first)"
+                "{what} {name} already exists ({drop} {name} first)"
             ));
+        }
+        if view && self.catalog.get(&name).is_some() {
+            return Err(PlanError::TableExists(name));
         }
         let mut options = table_options(&ct, &name)?;
         let settings = self.job_settings(&mut options)?;
-        let graph = self.plan_sink(&name, ct, &settings, options)?;
+        let (graph, schema) = self.plan_sink(&name, ct, &settings, options, view)?;
         let record = JobRecord {
             name: name.clone(),
             statement: text.trim().to_string(),
-            tables: self.catalog.tables().map(|t| t.ddl.clone()).collect(),
+            tables: self
+                .catalog
+                .tables()
+                .map(|t| t.ddl.clone())
+                .filter(|d| !d.is_empty())
+                .collect(),
             settings,
             base_dir: self.base_dir(),
             state: JobState::Running,
@@ -153,7 +236,10 @@ impl Session {
         }
         record.save(&data_dir)?;
         self.start_job(record, graph)?;
-        Ok(StatementResult::Command("CREATE SINK".into()))
+        if view {
+            self.register_view(&name, schema)?;
+        }
+        Ok(StatementResult::Command(tag.into()))
     }
 
     fn start_job(&mut self, record: JobRecord, graph: JobGraph) -> Result<Vec<String>> {
@@ -184,22 +270,34 @@ impl Session {
         Ok(notes)
     }
 
-    /// Resumes every unfinished job recorded in the data directory. Returns warnings.
+    /// Resumes every unfinished job recorded in the data directory and makes every
+    /// materialized view readable. Returns warnings.
     pub(super) fn resume_jobs(&mut self) -> Result<Vec<String>> {
         let Some(data_dir) = self.config.data_dir.clone() else {
             return Ok(Vec::new());
         };
         let (records, mut warnings) = JobRecord::load_all(&data_dir)?;
         for mut record in records {
-            if record.state == JobState::Finished || self.jobs.contains_key(&record.name) {
+            if self.jobs.contains_key(&record.name) {
+                continue;
+            }
+            let finished = record.state == JobState::Finished;
+            let view = parse_statement(&record.statement, 1).is_ok_and(|p| p.view);
+            if finished && !view {
                 continue;
             }
             if let Some(p) = self.config.resume_parallelism {
                 record.settings.parallelism = p;
             }
             let name = record.name.clone();
-            let planned = self.plan_recorded(&record);
-            match planned.and_then(|graph| {
+            let planned = self.plan_recorded(&record, &data_dir);
+            match planned.and_then(|(graph, schema)| {
+                if view {
+                    self.register_view(&name, schema)?;
+                }
+                if finished {
+                    return Ok(Vec::new());
+                }
                 record.state = JobState::Running;
                 record.error = None;
                 record.save(&data_dir)?;
@@ -218,7 +316,11 @@ impl Session {
 
     /// Plans a recorded job again, in a scratch session holding the tables it was created
     /// with, so later changes to the catalog do not change a running job.
-    fn plan_recorded(&mut self, record: &JobRecord) -> Result<JobGraph> {
+    fn plan_recorded(
+        &mut self,
+        record: &JobRecord,
+        data_dir: &Path,
+    ) -> Result<(JobGraph, SchemaRef)> {
         let config = SessionConfig {
             parallelism: record.settings.parallelism,
             data_dir: None,
@@ -226,6 +328,7 @@ impl Session {
             ..SessionConfig::default()
         };
         let (mut scratch, _) = Session::open_catalog_only(config)?;
+        scratch.view_data_dir = Some(data_dir.to_path_buf());
         for ddl in &record.tables {
             scratch.execute(&StatementText {
                 text: ddl.clone(),
@@ -235,13 +338,13 @@ impl Session {
         let parsed = parse_statement(&record.statement, 1)?;
         let Statement::CreateTable(ct) = parsed.statement else {
             return Err(PlanError::Internal(format!(
-                "job {}: stored statement is not CREATE SINK",
+                "job {}: stored statement is not CREATE SINK or CREATE MATERIALIZED VIEW",
                 record.name
             )));
         };
         let mut options = table_options(&ct, &record.name)?;
         scratch.job_settings(&mut options)?;
-        scratch.plan_sink(&record.name, ct, &record.settings, options)
+        scratch.plan_sink(&record.name, ct, &record.settings, options, parsed.view)
     }
 
     /// SHOW JOBS, CANCEL JOB name, DROP SINK [IF EXISTS] name; `None` for other statements.
@@ -273,8 +376,17 @@ impl Session {
                 job.wait(&data_dir)?;
                 Ok(Some(StatementResult::Command("CANCEL JOB".into())))
             }
-            ["DROP", "SINK", "IF", "EXISTS", _] | ["DROP", "SINK", _] => {
-                let if_exists = upper.len() == 5;
+            ["DROP", "MATERIALIZED", "VIEW", "IF", "EXISTS", _]
+            | ["DROP", "MATERIALIZED", "VIEW", _]
+            | ["DROP", "SINK", "IF", "EXISTS", _]
+            | ["DROP", "SINK", _] => {
+                let view = upper[1] == "MATERIALIZED";
+                let if_exists = upper.contains(&"EXISTS");
+                let tag = if view {
+                    "DROP MATERIALIZED VIEW"
+                } else {
+                    "DROP SINK"
+                };
                 let name = name(&words[words.len() - 1]);
                 let data_dir = self.data_dir()?;
                 let dir = job_dir(&data_dir, &name);
@@ -285,13 +397,18 @@ impl Session {
                     job.wait(&data_dir)?;
                 } else if !dir.exists() {
                     if if_exists {
-                        return Ok(Some(StatementResult::Command("DROP SINK".into())));
+                        return Ok(Some(StatementResult::Command(tag.into())));
                     }
-                    return Err(invalid!("no sink named {name}"));
+                    let what = if view { "materialized view" } else { "sink" };
+                    return Err(invalid!("no {what} named {name}"));
+                }
+                if view {
+                    self.catalog.remove(&name)?;
+                    weir_engine::state::RocksDbStateBackend::close_shared(&self.view_dir(&name)?);
                 }
                 std::fs::remove_dir_all(&dir)
                     .map_err(|e| PlanError::io(format!("cannot delete '{}'", dir.display()), e))?;
-                Ok(Some(StatementResult::Command("DROP SINK".into())))
+                Ok(Some(StatementResult::Command(tag.into())))
             }
             _ => Ok(None),
         }

@@ -33,6 +33,22 @@ pub struct ParsedStatement {
     /// `CREATE SINK name WITH (...) AS query`: parsed as the `CREATE TABLE ... AS` it
     /// resembles, and flagged here.
     pub sink: bool,
+    /// `CREATE MATERIALIZED VIEW name AS query`: parsed as `CREATE TABLE name AS query`.
+    pub view: bool,
+}
+
+/// `CREATE MATERIALIZED VIEW` becomes `CREATE TABLE`; returns whether it did.
+fn rewrite_create_view(tokens: &mut Vec<TokenWithSpan>) -> bool {
+    let sig = significant(tokens);
+    let is_view = sig.len() >= 3
+        && is_word(&tokens[sig[0]].token, "CREATE")
+        && is_word(&tokens[sig[1]].token, "MATERIALIZED")
+        && is_word(&tokens[sig[2]].token, "VIEW");
+    if is_view {
+        tokens[sig[2]].token = Token::make_keyword("TABLE");
+        tokens.remove(sig[1]);
+    }
+    is_view
 }
 
 /// `CREATE SINK` becomes `CREATE TABLE` (same token positions); returns whether it did.
@@ -271,6 +287,7 @@ pub fn parse_statement(text: &str, first_line: u64) -> Result<ParsedStatement> {
         })?;
     let watermark = take_watermark(&mut tokens, first_line)?;
     let sink = rewrite_create_sink(&mut tokens);
+    let view = rewrite_create_view(&mut tokens);
     rewrite_flink_window_tvf(&mut tokens);
     let mut parser = Parser::new(&dialect)
         .with_recursion_limit(RECURSION_LIMIT)
@@ -291,6 +308,7 @@ pub fn parse_statement(text: &str, first_line: u64) -> Result<ParsedStatement> {
         statement,
         watermark,
         sink,
+        view,
     })
 }
 

@@ -1,0 +1,277 @@
+//! Materialized views: `CREATE MATERIALIZED VIEW name AS SELECT ...` runs a job whose rows
+//! weir keeps in a RocksDB store of its own (`DATA/jobs/<name>/view`), and `SELECT ... FROM
+//! name` reads them as a bounded table.
+//!
+//! Read committed: the view sink stages each epoch's rows under `s | epoch | run | seq` at the
+//! barrier (pre-commit); after the checkpoint's manifest the committer moves them to
+//! `c | epoch | run | seq` in one atomic write batch. Readers scan only `c`, through one
+//! RocksDB iterator (a consistent snapshot), so they see whole checkpoints and never a part
+//! of one. Recovery commits the restored checkpoint's epochs and drops every other staged
+//! row. At-least-once writes straight to `c` (a replay may then add rows again).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use weir_engine::checkpoint::Committer;
+use weir_engine::state::{
+    decode_batch, encode_batch, RocksDbStateBackend, StateBackend, WriteBatch,
+};
+use weir_engine::{
+    EngineError, Operator, OperatorFactory, Output, Result as EngineResult, SourceFactory,
+    SourcePoll, SourceReader, TaskInfo,
+};
+
+const STAGED: u8 = b's';
+const COMMITTED: u8 = b'c';
+
+fn key(area: u8, epoch: u64, run: u64, seq: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(21);
+    k.push(area);
+    k.extend_from_slice(&epoch.to_be_bytes());
+    k.extend_from_slice(&run.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn epoch_range(area: u8, epoch: u64) -> (Vec<u8>, Vec<u8>) {
+    let mut lo = vec![area];
+    lo.extend_from_slice(&epoch.to_be_bytes());
+    let hi = match epoch.checked_add(1) {
+        Some(next) => {
+            let mut hi = vec![area];
+            hi.extend_from_slice(&next.to_be_bytes());
+            hi
+        }
+        None => vec![area + 1],
+    };
+    (lo, hi)
+}
+
+fn open_store(dir: &Path) -> EngineResult<Arc<RocksDbStateBackend>> {
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| EngineError::io(format!("cannot create '{}'", parent.display()), e))?;
+    }
+    RocksDbStateBackend::open_shared(dir)
+}
+
+/// The committed rows of a view, in commit order.
+pub fn committed_batches(dir: &Path) -> EngineResult<Vec<RecordBatch>> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let store = open_store(dir)?;
+    store
+        .scan(&[COMMITTED], &[COMMITTED + 1])?
+        .into_iter()
+        .map(|(_, v)| decode_batch(&v))
+        .collect()
+}
+
+/// Plan node of a view's sink.
+#[derive(Debug, Clone)]
+pub struct ViewSinkFactory {
+    pub view: String,
+    pub dir: PathBuf,
+    pub schema: SchemaRef,
+    pub exactly_once: bool,
+}
+
+impl OperatorFactory for ViewSinkFactory {
+    fn describe(&self) -> String {
+        format!("ViewSink: materialized view {}", self.view)
+    }
+
+    fn create(&self, task: &TaskInfo) -> EngineResult<Box<dyn Operator>> {
+        Ok(Box::new(ViewSinkOperator {
+            spec: self.clone(),
+            info: task.clone(),
+            store: open_store(&self.dir)?,
+            pending: Vec::new(),
+            run: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            seq: 0,
+            epoch: task.restored_epoch + 1,
+        }))
+    }
+
+    fn committer(&self) -> Option<Arc<dyn Committer>> {
+        Some(Arc::new(ViewCommitter {
+            dir: self.dir.clone(),
+        }))
+    }
+}
+
+struct ViewSinkOperator {
+    spec: ViewSinkFactory,
+    info: TaskInfo,
+    store: Arc<RocksDbStateBackend>,
+    pending: Vec<RecordBatch>,
+    /// Keeps the rows of different runs apart (at-least-once replays).
+    run: u64,
+    seq: u32,
+    epoch: u64,
+}
+
+impl ViewSinkOperator {
+    fn write(&mut self, area: u8) -> EngineResult<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let rows = concat_batches(&self.spec.schema, &std::mem::take(&mut self.pending))?;
+        self.seq += 1;
+        self.store.write(WriteBatch {
+            puts: vec![(
+                key(area, self.epoch, self.run, self.seq),
+                encode_batch(&rows)?,
+            )],
+            delete_ranges: vec![],
+        })
+    }
+}
+
+impl Operator for ViewSinkOperator {
+    fn name(&self) -> &str {
+        "ViewSink"
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: RecordBatch,
+        _input: usize,
+        _out: &mut Output,
+    ) -> EngineResult<()> {
+        self.info.metrics.add_rows_out(batch.num_rows() as u64);
+        self.pending.push(batch);
+        if !self.spec.exactly_once {
+            self.write(COMMITTED)?;
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, epoch: u64) -> EngineResult<Option<Vec<u8>>> {
+        let staged = !self.pending.is_empty();
+        if self.spec.exactly_once {
+            self.write(STAGED)?;
+        }
+        self.epoch = epoch + 1;
+        self.seq = 0;
+        Ok((staged && self.spec.exactly_once).then(|| epoch.to_be_bytes().to_vec()))
+    }
+}
+
+/// Moves staged epochs to the committed area.
+struct ViewCommitter {
+    dir: PathBuf,
+}
+
+impl Committer for ViewCommitter {
+    fn commit(&self, payloads: &[Vec<u8>]) -> EngineResult<()> {
+        let store = open_store(&self.dir)?;
+        for p in payloads {
+            let epoch =
+                u64::from_be_bytes(p.as_slice().try_into().map_err(|_| {
+                    EngineError::State("view commit payload is not an epoch".into())
+                })?);
+            let (lo, hi) = epoch_range(STAGED, epoch);
+            let staged = store.scan(&lo, &hi)?;
+            if staged.is_empty() {
+                // Committed before.
+                continue;
+            }
+            let puts = staged
+                .into_iter()
+                .map(|(mut k, v)| {
+                    k[0] = COMMITTED;
+                    (k, v)
+                })
+                .collect();
+            store.write(WriteBatch {
+                puts,
+                delete_ranges: vec![(lo, hi)],
+            })?;
+        }
+        Ok(())
+    }
+
+    fn recover(&self, payloads: &[Vec<u8>]) -> EngineResult<()> {
+        self.commit(payloads)?;
+        let store = open_store(&self.dir)?;
+        store.write(WriteBatch {
+            puts: vec![],
+            delete_ranges: vec![(vec![STAGED], vec![STAGED + 1])],
+        })
+    }
+}
+
+/// Reads a view's committed rows as a bounded source.
+#[derive(Debug, Clone)]
+pub struct ViewSourceFactory {
+    pub view: String,
+    pub dir: PathBuf,
+    pub schema: SchemaRef,
+}
+
+impl SourceFactory for ViewSourceFactory {
+    fn describe(&self) -> String {
+        format!(
+            "ViewSource: committed rows of materialized view {}",
+            self.view
+        )
+    }
+
+    fn is_bounded(&self) -> bool {
+        true
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn create(
+        &self,
+        _task: &TaskInfo,
+        position: Option<&[u8]>,
+    ) -> EngineResult<Box<dyn SourceReader>> {
+        let skip = position
+            .and_then(|p| p.try_into().ok())
+            .map_or(0, u64::from_be_bytes) as usize;
+        let mut batches = committed_batches(&self.dir)?;
+        batches.drain(..skip.min(batches.len()));
+        Ok(Box::new(ViewReader {
+            schema: Arc::clone(&self.schema),
+            batches: batches.into_iter(),
+            read: skip as u64,
+        }))
+    }
+}
+
+struct ViewReader {
+    schema: SchemaRef,
+    batches: std::vec::IntoIter<RecordBatch>,
+    read: u64,
+}
+
+impl SourceReader for ViewReader {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn poll_next(&mut self) -> EngineResult<SourcePoll> {
+        match self.batches.next() {
+            Some(b) => {
+                self.read += 1;
+                Ok(SourcePoll::Batch(b))
+            }
+            None => Ok(SourcePoll::Exhausted),
+        }
+    }
+
+    fn position(&self) -> Vec<u8> {
+        self.read.to_be_bytes().to_vec()
+    }
+}
