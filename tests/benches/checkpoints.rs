@@ -7,8 +7,8 @@
 //!    at-least-once at 1 s. `WEIR_BENCH_EVENTS` events per run (default 10,000,000),
 //!    `WEIR_BENCH_RUNS` runs (default 3), medians.
 //! 2. Restart with large window state: a job whose open windows hold about
-//!    three quarters of `WEIR_BENCH_STATE_ROWS` distinct groups (default 16,000,000 rows; a
-//!    1-hour lateness bound keeps them open) is stopped hard right after a checkpoint (tasks cancelled, no final
+//!    about 14,400,000 distinct groups (`WEIR_BENCH_STATE_ROWS` rows, default 20,000,000, 4 per
+//!    millisecond; a 1-hour lateness bound keeps an hour of them open while windows fire) is stopped hard right after a checkpoint (tasks cancelled, no final
 //!    checkpoint, as in a crash), then resumed: time to restore (job running again) and to the
 //!    first new committed output, and the size of the checkpoint.
 
@@ -168,8 +168,9 @@ fn committed_files(out: &Path) -> usize {
 
 fn restart(rows: usize) {
     println!(
-        "2. Restart with large state: {rows} distinct groups in open windows \
-         (TUMBLE 10 s, 1 h lateness bound), parallelism 2, checkpoint interval 1 s\n"
+        "2. Restart with large state: {rows} rows with distinct keys, TUMBLE 10 s with a 1 h \
+         lateness bound (about 14,400,000 groups open once an hour of event time passed), \
+         parallelism 2, checkpoint interval 1 s, memory budget 256 MB per task\n"
     );
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("state.csv");
@@ -181,8 +182,8 @@ fn restart(rows: usize) {
            WATERMARK FOR ts AS ts - INTERVAL '1' HOUR)
          WITH (connector = 'file', path = '{}', header = 'true', rate = '{}')",
         input.display(),
-        // Slow enough that the kill lands before the end of input.
-        rows / 40
+        // About full speed here; it keeps the end of input a few seconds away from the kill.
+        2_000_000
     );
     let mut s = open(&data, 2);
     run(&mut s, &ddl);
@@ -196,8 +197,8 @@ fn restart(rows: usize) {
             out.display()
         ),
     );
-    // Let state grow to about three quarters of the input, then kill right after the next
-    // checkpoint.
+    // Past one hour of event time (14,400,000 rows) windows fire every 40,000 rows while
+    // about 14,400,000 groups stay open. Kill right after a checkpoint taken there.
     let target = rows as u64 * 3 / 4;
     while s.job_metrics("big").is_some_and(|m| m.rows_in < target) {
         std::thread::sleep(Duration::from_millis(50));
@@ -235,7 +236,7 @@ fn restart(rows: usize) {
     let first_output = started.elapsed();
     println!(
         "restart: job running again after {:.0} ms; first new committed output after {:.0} ms \
-         (includes replay to the next window end and one checkpoint interval)",
+         (replay to the next window end, then up to one checkpoint interval, 1 s, before it is visible)",
         restored.as_secs_f64() * 1e3,
         first_output.as_secs_f64() * 1e3
     );
@@ -245,7 +246,7 @@ fn restart(rows: usize) {
 fn main() {
     let events = env_usize("WEIR_BENCH_EVENTS", 10_000_000);
     let runs = env_usize("WEIR_BENCH_RUNS", 3);
-    let state_rows = env_usize("WEIR_BENCH_STATE_ROWS", 16_000_000);
+    let state_rows = env_usize("WEIR_BENCH_STATE_ROWS", 20_000_000);
     if std::env::var("WEIR_BENCH_SKIP_OVERHEAD").is_err() {
         overhead(events, runs);
     }
