@@ -5,7 +5,7 @@
 //! every job whose state is not `finished`.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use weir_engine::checkpoint::{JobDir, StatsSnapshot};
@@ -179,7 +179,18 @@ pub struct ManagedJob {
     /// Checkpoint counters when the job ended.
     pub last_checkpoints: Option<StatsSnapshot>,
     pub last_epoch: u64,
+    /// Automatic restarts after failures so far, and when the last failure was seen.
+    pub restarts: u32,
+    pub failed_at: Option<Instant>,
+    /// The last failure may pass (an external system, I/O): the job restarts from its last
+    /// checkpoint. Bad input or a bug fails it for good.
+    pub retryable: bool,
 }
+
+/// Restarts after failures that may pass before a job stays failed; the n-th waits
+/// `RESTART_BACKOFF * 2^(n-1)`.
+pub const MAX_RESTARTS: u32 = 3;
+pub const RESTART_BACKOFF: Duration = Duration::from_millis(500);
 
 impl ManagedJob {
     /// Collects the outcome of a job whose tasks all ended, and records its new state.
@@ -206,7 +217,16 @@ impl ManagedJob {
                 }
             }
             Err(weir_engine::EngineError::Cancelled) => (JobState::Stopped, None),
-            Err(e) => (JobState::Failed, Some(e.to_string())),
+            Err(e) => {
+                self.retryable = matches!(
+                    e,
+                    weir_engine::EngineError::External(_)
+                        | weir_engine::EngineError::Io { .. }
+                        | weir_engine::EngineError::State(_)
+                );
+                self.failed_at = Some(Instant::now());
+                (JobState::Failed, Some(e.to_string()))
+            }
         };
         self.record.state = state;
         self.record.error = error;
@@ -223,6 +243,22 @@ impl ManagedJob {
             std::thread::sleep(Duration::from_millis(10));
         }
         self.reap(data_dir)
+    }
+
+    /// Whether the job failed in a way that may pass and has restarts left.
+    pub fn will_restart(&self) -> bool {
+        self.handle.is_none()
+            && self.record.state == JobState::Failed
+            && self.retryable
+            && self.restarts < MAX_RESTARTS
+    }
+
+    /// Whether its restart is due.
+    pub fn restart_due(&self) -> bool {
+        self.will_restart()
+            && self
+                .failed_at
+                .is_none_or(|t| t.elapsed() >= RESTART_BACKOFF * 2u32.pow(self.restarts))
     }
 
     /// The job's counters: live while it runs, else as it ended.

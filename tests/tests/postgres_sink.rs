@@ -315,3 +315,43 @@ fn rows_land_with_postgres_types() {
     };
     assert_eq!(rows.len().to_string(), text_rows(&batches)[0][0]);
 }
+
+#[test]
+fn a_dropped_connection_fails_the_epoch_and_the_job_restarts_from_its_checkpoint() {
+    let pg = PgServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let events = work.path().join("events.csv");
+    write_events(&events);
+    let expected = straight_rows(&events);
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism: 2,
+        data_dir: Some(work.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    execute(&mut s, &events_ddl(&events, 20_000)).unwrap();
+    execute(&mut s, "SET checkpoint_interval = '50ms'").unwrap();
+    execute(
+        &mut s,
+        &format!(
+            "CREATE SINK dropped WITH (connector = 'postgres', url = '{}', table = 'dropped', create_table = 'true') AS {QUERY}",
+            pg.url()
+        ),
+    )
+    .unwrap();
+    // Cut weir's connections mid-stream: the open epoch is rolled back by the server, the job
+    // fails with the sink's error and restarts from its last checkpoint.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let cut = pg.psql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE usename = 'weir' AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+    );
+    assert!(!cut.is_empty(), "no connection to cut");
+    let jobs = s
+        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+    assert_eq!(jobs[0].1.as_str(), "finished", "{jobs:?}");
+    assert!(s.job_restarts("dropped").unwrap() >= 1, "the job never failed");
+    assert_eq!(table_rows(&pg, "dropped"), expected);
+    assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty());
+}

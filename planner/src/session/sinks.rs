@@ -264,6 +264,9 @@ impl Session {
                 handle: Some(handle),
                 last_metrics: None,
                 last_checkpoints: None,
+                restarts: 0,
+                failed_at: None,
+                retryable: false,
                 last_epoch,
             },
         );
@@ -419,6 +422,7 @@ impl Session {
             for job in self.jobs.values_mut() {
                 let _ = job.reap(&data_dir);
             }
+            self.restart_failed_jobs(&data_dir);
         }
         let rows = self
             .jobs
@@ -426,13 +430,15 @@ impl Session {
             .map(|j| {
                 let m = j.metrics().unwrap_or_default();
                 let state = if j.handle.is_some() {
-                    JobState::Running
+                    JobState::Running.as_str()
+                } else if j.will_restart() {
+                    "restarting"
                 } else {
-                    j.record.state
+                    j.record.state.as_str()
                 };
                 vec![
                     j.record.name.clone(),
-                    state.as_str().to_string(),
+                    state.to_string(),
                     j.checkpoint_epoch().to_string(),
                     if m.watermark == i64::MIN {
                         String::new()
@@ -470,6 +476,11 @@ impl Session {
         }
     }
 
+    /// How often a job of this session was restarted after failures.
+    pub fn job_restarts(&self, name: &str) -> Option<u32> {
+        self.jobs.get(name).map(|j| j.restarts)
+    }
+
     /// Counters of a job of this session (as it ended, once it ended).
     pub fn job_metrics(&self, name: &str) -> Option<weir_engine::MetricsSnapshot> {
         self.jobs.get(name)?.metrics()
@@ -491,7 +502,47 @@ impl Session {
 
     /// Whether any job of this session is still running.
     pub fn has_running_jobs(&self) -> bool {
-        self.jobs.values().any(|j| j.handle.is_some())
+        self.jobs
+            .values()
+            .any(|j| j.handle.is_some() || j.will_restart())
+    }
+
+    /// Restarts, from their last checkpoint, the jobs whose failure may pass (a sink's server
+    /// went away, I/O) once their backoff elapsed; after `MAX_RESTARTS` they stay failed.
+    fn restart_failed_jobs(&mut self, data_dir: &Path) {
+        let due: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.restart_due())
+            .map(|j| j.record.name.clone())
+            .collect();
+        for name in due {
+            let Some(job) = self.jobs.remove(&name) else {
+                continue;
+            };
+            let restarts = job.restarts + 1;
+            let mut record = job.record.clone();
+            let planned = self.plan_recorded(&record, data_dir);
+            let started = planned.and_then(|(graph, _)| {
+                record.state = JobState::Running;
+                record.save(data_dir)?;
+                self.start_job(record, graph)
+            });
+            match started {
+                Ok(_) => {
+                    if let Some(j) = self.jobs.get_mut(&name) {
+                        j.restarts = restarts;
+                    }
+                }
+                Err(e) => {
+                    let mut job = job;
+                    job.restarts = restarts;
+                    job.failed_at = Some(std::time::Instant::now());
+                    job.record.error = Some(format!("restart {restarts} failed: {e}"));
+                    self.jobs.insert(name, job);
+                }
+            }
+        }
     }
 
     /// Waits until every job of this session ended. When `interrupted` turns true, stops
@@ -506,7 +557,11 @@ impl Session {
             None => return Ok(Vec::new()),
         };
         let mut stopping = false;
-        while self.has_running_jobs() {
+        while self
+            .jobs
+            .values()
+            .any(|j| j.handle.is_some() || (!stopping && j.will_restart()))
+        {
             if !stopping && interrupted.load(Ordering::SeqCst) {
                 stopping = true;
                 self.jobs
@@ -516,6 +571,9 @@ impl Session {
             }
             for job in self.jobs.values_mut() {
                 job.reap(&data_dir)?;
+            }
+            if !stopping {
+                self.restart_failed_jobs(&data_dir);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
