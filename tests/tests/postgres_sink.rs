@@ -351,7 +351,10 @@ fn a_dropped_connection_fails_the_epoch_and_the_job_restarts_from_its_checkpoint
         .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
         .unwrap();
     assert_eq!(jobs[0].1.as_str(), "finished", "{jobs:?}");
-    assert!(s.job_restarts("dropped").unwrap() >= 1, "the job never failed");
+    assert!(
+        s.job_restarts("dropped").unwrap() >= 1,
+        "the job never failed"
+    );
     assert_eq!(table_rows(&pg, "dropped"), expected);
     assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty());
 }
