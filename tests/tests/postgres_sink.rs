@@ -358,3 +358,51 @@ fn a_dropped_connection_fails_the_epoch_and_the_job_restarts_from_its_checkpoint
     assert_eq!(table_rows(&pg, "dropped"), expected);
     assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty());
 }
+
+#[test]
+fn insert_into_a_postgres_table_runs_a_sink_job() {
+    let pg = PgServer::start();
+    pg.psql("CREATE TABLE totals (window_start TIMESTAMP, window_end TIMESTAMP, k TEXT, n BIGINT, total BIGINT)");
+    let work = tempfile::tempdir().unwrap();
+    let events = work.path().join("events.csv");
+    write_events(&events);
+    let expected = straight_rows(&events);
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism: 2,
+        data_dir: Some(work.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    execute(&mut s, &events_ddl(&events, 100_000)).unwrap();
+    execute(
+        &mut s,
+        &format!(
+            "CREATE TABLE pg_totals (window_start TIMESTAMP, window_end TIMESTAMP, k VARCHAR, n BIGINT, total BIGINT)
+             WITH (connector = 'postgres', url = '{}', table = 'totals')",
+            pg.url()
+        ),
+    )
+    .unwrap();
+    let err = execute(&mut s, "SELECT * FROM pg_totals").err().unwrap();
+    assert!(err.to_string().contains("PostgreSQL sink table"), "{err}");
+    let err = execute(&mut s, &format!("INSERT INTO events {QUERY}"))
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string()
+            .contains("only tables declared with connector = 'postgres'"),
+        "{err}"
+    );
+    let err = execute(&mut s, &format!("INSERT INTO pg_totals (nope) {QUERY}"))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("has no column 'nope'"), "{err}");
+    execute(&mut s, &format!("INSERT INTO pg_totals {QUERY}")).unwrap();
+    let jobs = s
+        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].0, "pg_totals_insert_1");
+    assert!(jobs[0].2.is_none(), "{jobs:?}");
+    assert_eq!(table_rows(&pg, "totals"), expected);
+}

@@ -30,7 +30,14 @@ use crate::display::batch_rows;
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 
-const OPTIONS: &[&str] = &["connector", "url", "table", "primary_key", "create_table"];
+const OPTIONS: &[&str] = &[
+    "connector",
+    "url",
+    "table",
+    "primary_key",
+    "create_table",
+    "target_columns",
+];
 /// Rows per INSERT statement.
 const ROWS_PER_INSERT: usize = 1000;
 
@@ -46,12 +53,27 @@ pub struct PostgresSinkFactory {
     pub exactly_once: bool,
 }
 
+/// The sink's error. Rows the server refuses (constraint violations, bad values, a table or
+/// column that does not fit: SQLSTATE classes 22, 23, 42) are the data's fault and fail the
+/// job for good; anything else (a dropped connection, a server restart) may pass, and the
+/// job restarts from its last checkpoint.
 fn pg_error(sink: &str, what: &str, e: postgres::Error) -> EngineError {
-    let detail = match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
+    let (detail, permanent) = match e.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            (
+                format!("{} (SQLSTATE {code})", db.message()),
+                ["22", "23", "42"].iter().any(|c| code.starts_with(c)),
+            )
+        }
+        None => (e.to_string(), false),
     };
-    EngineError::External(format!("sink {sink}: {what}: {detail}"))
+    let message = format!("sink {sink}: {what}: {detail}");
+    if permanent {
+        EngineError::BadInput(message)
+    } else {
+        EngineError::External(message)
+    }
 }
 
 /// A SQL identifier, quoted.
@@ -96,6 +118,35 @@ impl PostgresSinkFactory {
         let url = options.take_required("url")?;
         let table = options.take_required("table")?;
         let create_table = options.take_bool("create_table")?.unwrap_or(false);
+        // Target column names by position (INSERT INTO t (a, b) SELECT ...); default: the
+        // query's column names.
+        if let Some(columns) = options.take("target_columns") {
+            let names: Vec<&str> = columns.split(',').map(str::trim).collect();
+            if names.len() != schema.fields().len() {
+                return Err(ConnectorError::Schema(format!(
+                    "sink {sink}: {} target columns ({columns}) for {} query columns",
+                    names.len(),
+                    schema.fields().len()
+                )));
+            }
+            let fields: Vec<_> = schema
+                .fields()
+                .iter()
+                .zip(&names)
+                .map(|(f, n)| f.as_ref().clone().with_name(*n))
+                .collect();
+            return Self::from_options(
+                sink,
+                job,
+                Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
+                &mut Options::new(options.iter().map(|(k, v)| (k.clone(), v.clone())).chain([
+                    ("url".into(), url),
+                    ("table".into(), table),
+                    ("create_table".into(), create_table.to_string()),
+                ])),
+                exactly_once,
+            );
+        }
         let primary_key: Vec<String> = options
             .take("primary_key")
             .map(|k| {
@@ -456,6 +507,62 @@ impl Committer for PostgresCommitter {
             }
             Ok(())
         })
+    }
+}
+
+/// A table declared with `connector = 'postgres'`: written by `INSERT INTO t SELECT ...`,
+/// never read.
+#[derive(Debug)]
+pub struct PostgresTable {
+    pub name: String,
+    pub schema: SchemaRef,
+}
+
+impl PostgresTable {
+    /// Checks the options a sink will need (`url`, `table`) are there.
+    pub fn from_options(name: &str, schema: SchemaRef, options: &Options) -> Result<Self> {
+        for required in ["url", "table"] {
+            if options.get(required).is_none() {
+                return Err(ConnectorError::MissingOption(required.into()));
+            }
+        }
+        if let Some((k, _)) = options.iter().find(|(k, _)| !OPTIONS.contains(&k.as_str())) {
+            return Err(ConnectorError::UnknownOption {
+                connector: "postgres".into(),
+                option: k.clone(),
+                allowed: OPTIONS.join(", "),
+            });
+        }
+        Ok(Self {
+            name: name.to_string(),
+            schema,
+        })
+    }
+}
+
+impl weir_engine::SourceFactory for PostgresTable {
+    fn describe(&self) -> String {
+        format!("PostgreSQL table {} (written by INSERT INTO)", self.name)
+    }
+
+    fn is_bounded(&self) -> bool {
+        true
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn create(
+        &self,
+        _task: &TaskInfo,
+        _position: Option<&[u8]>,
+    ) -> EngineResult<Box<dyn weir_engine::SourceReader>> {
+        Err(EngineError::BadInput(format!(
+            "table {} is a PostgreSQL sink table: write it with INSERT INTO {0} SELECT ...; \
+             weir does not read it",
+            self.name
+        )))
     }
 }
 

@@ -8,6 +8,7 @@ use datafusion::sql::planner::SqlToRel;
 use datafusion::sql::sqlparser::ast::{
     CreateTable, CreateTableOptions, Expr as SqlExpr, ObjectName, SqlOption, Value,
 };
+use weir_connectors::sinks::postgres::PostgresTable;
 use weir_connectors::{create_source, Options};
 
 use super::{text_rows, Session, StatementResult};
@@ -143,7 +144,20 @@ impl Session {
                 weir_connectors::SOURCE_CONNECTORS.join(", ")
             ));
         }
-        let source = create_source(&name, declared, &options)?;
+        let source: Arc<dyn weir_engine::SourceFactory> =
+            if options.get("connector") == Some("postgres") {
+                let schema = declared.ok_or_else(|| {
+                    invalid!("table {name}: a PostgreSQL table needs its column list")
+                })?;
+                if watermark.is_some() {
+                    return Err(invalid!(
+                        "table {name}: a PostgreSQL table is written, not read: no WATERMARK"
+                    ));
+                }
+                Arc::new(PostgresTable::from_options(&name, schema, &options)?)
+            } else {
+                create_source(&name, declared, &options)?
+            };
         let schema = source.schema();
         let watermark = match watermark {
             None => None,

@@ -236,6 +236,7 @@ impl Session {
                 other => Err(not_supported!("EXPLAIN of {}", statement_kind(&other))),
             },
             Statement::Query(_) => self.query(statement),
+            Statement::Insert(insert) => self.insert_into(insert, stmt.line),
             other => Err(not_supported!("{} statements", statement_kind(&other))),
         }
     }

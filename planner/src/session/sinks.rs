@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::sql::sqlparser::ast::{CreateTable, Statement};
+use datafusion::sql::sqlparser::ast::{CreateTable, Insert, Statement, TableObject};
 use weir_connectors::sinks::{ViewSinkFactory, ViewSourceFactory};
 use weir_connectors::{create_sink, Options};
 use weir_engine::checkpoint::CheckpointConfig;
@@ -20,10 +20,10 @@ use super::{text_rows, Session, SessionConfig, StatementResult};
 use crate::catalog::TableDef;
 use crate::display::format_timestamp;
 use crate::error::{PlanError, Result};
-use crate::invalid;
 use crate::jobs::{job_dir, JobRecord, JobSettings, JobState, ManagedJob};
 use crate::sql::{parse_statement, StatementText};
 use crate::stream_plan::{reads_tables, StreamPlanner};
+use crate::{invalid, not_supported};
 
 fn valid_job_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -159,6 +159,76 @@ impl Session {
                 invalid!("materialized views need a data directory: start weir with --data-dir DIR")
             })?;
         Ok(job_dir(&data, name).join("view"))
+    }
+
+    /// `INSERT INTO t [(columns)] SELECT ...` into a table declared with connector
+    /// `postgres`: a sink job `<t>_insert_<n>` writing the query's rows into it (positionally
+    /// into the listed columns, or the table's).
+    pub(super) fn insert_into(&mut self, insert: Insert, line: u64) -> Result<StatementResult> {
+        let TableObject::TableName(name) = &insert.table else {
+            return Err(not_supported!("INSERT INTO a table function"));
+        };
+        let table = object_name(name)?;
+        let def = self
+            .catalog
+            .get(&table)
+            .ok_or_else(|| PlanError::UnknownTable(table.clone()))?;
+        if def.options.get("connector") != Some("postgres") {
+            return Err(invalid!(
+                "INSERT INTO {table}: only tables declared with connector = 'postgres' take rows; \
+                 {table} is a source (connector '{}'), or use CREATE SINK",
+                def.options.get("connector").unwrap_or_default()
+            ));
+        }
+        let Some(query) = insert.source else {
+            return Err(invalid!("INSERT INTO {table} needs a SELECT"));
+        };
+        let columns: Vec<String> = if insert.columns.is_empty() {
+            def.schema
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect()
+        } else {
+            insert
+                .columns
+                .iter()
+                .map(object_name)
+                .collect::<Result<_>>()?
+        };
+        for c in &columns {
+            if def.schema.field_with_name(c).is_err() {
+                return Err(invalid!(
+                    "INSERT INTO {table}: table {table} has no column '{c}'"
+                ));
+            }
+        }
+        let quote = |v: &str| format!("'{}'", v.replace('\'', "''"));
+        let mut options: Vec<String> = def
+            .options
+            .iter()
+            .map(|(k, v)| format!("\"{k}\" = {}", quote(v)))
+            .collect();
+        options.push(format!(
+            "\"target_columns\" = {}",
+            quote(&columns.join(","))
+        ));
+        let data_dir = self.data_dir()?;
+        let mut n = 1;
+        let job = loop {
+            let job = format!("{table}_insert_{n}");
+            if !self.jobs.contains_key(&job) && !job_dir(&data_dir, &job).exists() {
+                break job;
+            }
+            n += 1;
+        };
+        let text = format!("CREATE SINK {job} WITH ({}) AS {query}", options.join(", "));
+        let parsed = parse_statement(&text, line)?;
+        let Statement::CreateTable(ct) = parsed.statement else {
+            return Err(PlanError::Internal("INSERT did not become a sink".into()));
+        };
+        self.create_job(ct, &text, false)?;
+        Ok(StatementResult::Command(format!("INSERT (job {job})")))
     }
 
     /// Makes a materialized view readable as a table.
