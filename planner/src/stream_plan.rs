@@ -112,6 +112,23 @@ impl<'a> StreamPlanner<'a> {
         })
     }
 
+    /// Plans `plan` with `sink` in every instance of the stage producing the results: no
+    /// merge and no ordering, for sinks whose instances write independently (each instance
+    /// pre-commits and commits its own part).
+    pub fn plan_parallel_job(
+        mut self,
+        name: &str,
+        plan: &LogicalPlan,
+        sink: Arc<dyn OperatorFactory>,
+    ) -> Result<JobGraph> {
+        let stream = self.plan(plan)?;
+        self.stages[stream.stage].chain.push(sink);
+        Ok(JobGraph {
+            name: name.to_string(),
+            stages: self.stages,
+        })
+    }
+
     fn physical(&self, e: &Expr, schema: &DFSchemaRef) -> Result<Arc<dyn PhysicalExpr>> {
         Ok(create_physical_expr(
             e,

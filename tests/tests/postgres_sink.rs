@@ -124,15 +124,18 @@ fn exactly_once_into_postgres_through_kills_and_injected_crashes() {
     assert_eq!(table_rows(&pg, "kills"), expected);
     assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty());
 
-    // Crashes at the two points of the protocol: after every pre-commit (transactions
-    // prepared, no manifest), and after the manifest (nothing committed yet).
-    for point in ["before_manifest", "before_commit"] {
+    // Crashes at the points of the protocol: after every pre-commit (transactions prepared,
+    // no manifest), after the manifest (nothing committed yet), between the commits of two
+    // sink instances.
+    // With parallelism 2 the sink runs as two instances, so a checkpoint commits two
+    // prepared transactions and `mid_commit` crashes between them.
+    for point in ["before_manifest", "before_commit", "mid_commit"] {
         let table = format!("crash_{point}");
         let data = work.path().join(format!("data_{point}"));
         let script = sink_script(work.path(), &events, &pg.url(), &table, "");
         let data_arg = data.to_str().unwrap();
         let out = std::process::Command::new(common::process::weir_binary())
-            .args(["-f", &script, "--data-dir", data_arg])
+            .args(["-f", &script, "--data-dir", data_arg, "--parallelism", "2"])
             .current_dir(work.path())
             .env("WEIR_FAULT", format!("{point}:3"))
             .output()

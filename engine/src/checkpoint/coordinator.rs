@@ -378,7 +378,8 @@ impl Coordinator {
 
 /// Crash-test hook: with `WEIR_FAULT=<point>:<epoch>` in the environment the process aborts at
 /// that point of that checkpoint (`before_manifest`: every task pre-committed, no manifest
-/// yet; `before_commit`: the manifest is written, nothing committed), as a crash would.
+/// yet; `before_commit`: the manifest is written, nothing committed; `mid_commit`: the first
+/// of several sink instances committed, the others not), as a crash would.
 fn fault_point(point: &str, epoch: u64) {
     if let Ok(fault) = std::env::var("WEIR_FAULT") {
         if fault == format!("{point}:{epoch}") {
@@ -419,8 +420,14 @@ pub(crate) fn commit(
             .collect();
         if recover {
             committer.recover(&payloads)?;
-        } else if !payloads.is_empty() {
-            committer.commit(&payloads)?;
+        } else {
+            let epoch = commits.iter().map(|c| c.epoch).max().unwrap_or(0);
+            for (i, p) in payloads.iter().enumerate() {
+                if i == 1 {
+                    fault_point("mid_commit", epoch);
+                }
+                committer.commit(std::slice::from_ref(p))?;
+            }
         }
     }
     Ok(())

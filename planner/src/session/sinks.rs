@@ -137,13 +137,19 @@ impl Session {
                 settings.exactly_once,
             )?
         };
-        let graph = StreamPlanner::new(
+        let planner = StreamPlanner::new(
             &self.catalog,
             self.state.execution_props(),
             settings.parallelism,
         )
-        .with_fixed_shape()
-        .plan_job(name, &plan, sink)?;
+        .with_fixed_shape();
+        // A view's rows go through one writer; file and PostgreSQL sinks write from every
+        // instance of the last stage.
+        let graph = if view {
+            planner.plan_job(name, &plan, sink)?
+        } else {
+            planner.plan_parallel_job(name, &plan, sink)?
+        };
         Ok((graph, schema))
     }
 
