@@ -195,6 +195,10 @@ fn upsert_on_a_primary_key_and_at_least_once_replays_overwrite() {
 fn create_sink_checks_the_server_and_the_table() {
     let pg = PgServer::start();
     pg.psql("CREATE TABLE narrow (window_start TIMESTAMP, n BIGINT)");
+    pg.psql(
+        "CREATE TABLE wrong_type (window_start TIMESTAMP, window_end TIMESTAMP, k TEXT, \
+         n BOOLEAN, total BIGINT)",
+    );
     let work = tempfile::tempdir().unwrap();
     let events = work.path().join("events.csv");
     write_events(&events);
@@ -408,4 +412,40 @@ fn insert_into_a_postgres_table_runs_a_sink_job() {
     assert_eq!(jobs[0].0, "pg_totals_insert_1");
     assert!(jobs[0].2.is_none(), "{jobs:?}");
     assert_eq!(table_rows(&pg, "totals"), expected);
+}
+
+#[test]
+fn rows_the_server_refuses_fail_the_job_naming_the_sink() {
+    let pg = PgServer::start();
+    pg.psql(
+        "CREATE TABLE checked (window_start TIMESTAMP, window_end TIMESTAMP, k TEXT, \
+         n BIGINT CHECK (n < 5), total BIGINT)",
+    );
+    let work = tempfile::tempdir().unwrap();
+    let events = work.path().join("events.csv");
+    write_events(&events);
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism: 2,
+        data_dir: Some(work.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    execute(&mut s, &events_ddl(&events, 100_000)).unwrap();
+    execute(
+        &mut s,
+        &format!(
+            "CREATE SINK refused WITH (connector = 'postgres', url = '{}', table = 'checked') AS {QUERY}",
+            pg.url()
+        ),
+    )
+    .unwrap();
+    let jobs = s
+        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+    assert_eq!(jobs[0].1.as_str(), "failed", "{jobs:?}");
+    let error = jobs[0].2.clone().unwrap();
+    assert!(error.contains("sink refused"), "{error}");
+    assert!(error.contains("violates check constraint"), "{error}");
+    // Refused rows are the data's fault: no restart.
+    assert_eq!(s.job_restarts("refused"), Some(0));
 }

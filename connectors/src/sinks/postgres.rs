@@ -104,6 +104,34 @@ fn pg_type(t: &DataType) -> String {
     }
 }
 
+/// Whether values of an Arrow type can be stored in a column of PostgreSQL type `pg`
+/// (`information_schema.columns.data_type`). Text columns take anything.
+fn compatible(t: &DataType, pg: &str) -> bool {
+    let numeric = [
+        "smallint",
+        "integer",
+        "bigint",
+        "numeric",
+        "real",
+        "double precision",
+    ];
+    match t {
+        _ if pg == "text" || pg == "character varying" || pg == "character" => true,
+        t if t.is_integer()
+            || t.is_floating()
+            || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) =>
+        {
+            numeric.contains(&pg)
+        }
+        DataType::Boolean => pg == "boolean",
+        DataType::Timestamp(_, None) => pg.starts_with("timestamp"),
+        DataType::Timestamp(_, Some(_)) => pg == "timestamp with time zone",
+        DataType::Date32 | DataType::Date64 => pg == "date" || pg.starts_with("timestamp"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => false,
+        _ => true,
+    }
+}
+
 impl PostgresSinkFactory {
     /// Validates the options and the target: the server is reachable, it can prepare
     /// transactions (exactly-once), the table exists (or is created) with every column the
@@ -205,17 +233,18 @@ impl PostgresSinkFactory {
                 )));
             }
         }
-        let columns: Vec<String> = client
+        let described: Vec<(String, String)> = client
             .query(
-                "SELECT column_name::text FROM information_schema.columns \
+                "SELECT column_name::text, data_type::text FROM information_schema.columns \
                  WHERE table_name = $1 AND table_schema = current_schema() \
                  ORDER BY ordinal_position",
                 &[&self.table],
             )
             .map_err(|e| pg_error(sink, "cannot read the table's columns", e))?
             .iter()
-            .map(|r| r.get(0))
+            .map(|r| (r.get(0), r.get(1)))
             .collect();
+        let columns: Vec<String> = described.iter().map(|(c, _)| c.clone()).collect();
         if columns.is_empty() {
             if !create_table {
                 return Err(ConnectorError::Schema(format!(
@@ -257,6 +286,19 @@ impl PostgresSinkFactory {
                     .join(", "),
                 columns.join(", ")
             )));
+        }
+        for f in self.schema.fields() {
+            let Some((_, pg)) = described.iter().find(|(c, _)| c == f.name()) else {
+                continue;
+            };
+            if !compatible(f.data_type(), pg) {
+                return Err(ConnectorError::Schema(format!(
+                    "sink {sink}: column '{}' of table '{}' is {pg}, the query gives {}",
+                    f.name(),
+                    self.table,
+                    f.data_type()
+                )));
+            }
         }
         Ok(())
     }

@@ -500,7 +500,7 @@ impl Session {
             }
             self.restart_failed_jobs(&data_dir);
         }
-        let rows = self
+        let mut rows: Vec<Vec<String>> = self
             .jobs
             .values()
             .map(|j| {
@@ -528,6 +528,33 @@ impl Session {
                 ]
             })
             .collect();
+        // Jobs of the data directory this process does not run (finished, or failed to
+        // resume): their recorded state and newest checkpoint; their counters are gone.
+        if let Some(data_dir) = self.config.data_dir.clone() {
+            if let Ok((records, _)) = JobRecord::load_all(&data_dir) {
+                for r in records
+                    .into_iter()
+                    .filter(|r| !self.jobs.contains_key(&r.name))
+                {
+                    let epoch = weir_engine::checkpoint::JobDir::new(job_dir(&data_dir, &r.name))
+                        .latest_manifest()
+                        .ok()
+                        .and_then(|(m, _)| m)
+                        .map_or(0, |m| m.epoch);
+                    rows.push(vec![
+                        r.name.clone(),
+                        r.state.as_str().to_string(),
+                        epoch.to_string(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        r.error.clone().unwrap_or_default(),
+                    ]);
+                }
+            }
+        }
+        rows.sort_by(|a, b| a[0].cmp(&b[0]));
         text_rows(
             &[
                 "name",
