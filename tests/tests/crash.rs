@@ -14,14 +14,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use chrono::DateTime;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use datafusion::prelude::{CsvReadOptions, SessionContext};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use common::process::{committed_lines, finish, kill_at_random, spawn, wait_for_file};
-use weir_planner::display::batch_rows;
+use common::reference::{reference_rows, write_input};
 
 fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
@@ -189,99 +186,7 @@ fn every_windowed_slt_query_survives_kills_and_rescaling() {
     }
 }
 
-const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01 00:00:00 UTC
-const BOUND_MS: i64 = 2_000;
 const ROWS: usize = 1_000_000;
-
-fn ts_text(ms: i64) -> String {
-    DateTime::from_timestamp_millis(ms)
-        .unwrap()
-        .format("%Y-%m-%d %H:%M:%S%.3f")
-        .to_string()
-}
-
-/// Writes `ROWS` rows (ids in order, times mostly increasing, 20% out of order within the
-/// bound, 1% far behind it) for weir, and the same with each row's prior watermark for the
-/// reference.
-fn write_big_input(dir: &Path) -> (PathBuf, PathBuf) {
-    let mut rng = StdRng::seed_from_u64(42);
-    let mut data = String::with_capacity(ROWS * 40);
-    let mut reference = String::with_capacity(ROWS * 64);
-    data.push_str("id,k,v,ts\n");
-    reference.push_str("id,k,v,ts,wprev\n");
-    let mut t = BASE_MS;
-    let mut running = i64::MIN;
-    for id in 0..ROWS {
-        t += rng.gen_range(0..10);
-        let r: f64 = rng.gen();
-        let ts = if r < 0.2 {
-            t - rng.gen_range(0..BOUND_MS)
-        } else if r < 0.21 {
-            t - BOUND_MS - rng.gen_range(0..30_000)
-        } else {
-            t
-        };
-        let k = rng.gen_range(0..10);
-        let v: i64 = rng.gen_range(-100..1000);
-        let wprev = if running == i64::MIN {
-            "1900-01-01 00:00:00.000".to_string()
-        } else {
-            ts_text(running)
-        };
-        writeln!(data, "{id},k{k},{v},{}", ts_text(ts)).unwrap();
-        writeln!(reference, "{id},k{k},{v},{},{wprev}", ts_text(ts)).unwrap();
-        running = running.max(ts - BOUND_MS);
-    }
-    let (d, r) = (dir.join("events.csv"), dir.join("reference.csv"));
-    std::fs::write(&d, data).unwrap();
-    std::fs::write(&r, reference).unwrap();
-    (d, r)
-}
-
-/// TUMBLE 10 s count/sum by key over the reference rows that are not late, by DataFusion.
-fn reference_rows(reference: &Path) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let ctx = SessionContext::new();
-        let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
-        let schema = Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("k", DataType::Utf8, false),
-            Field::new("v", DataType::Int64, false),
-            Field::new("ts", ts(), false),
-            Field::new("wprev", ts(), false),
-        ]);
-        ctx.register_csv(
-            "ref",
-            reference.to_str().unwrap(),
-            CsvReadOptions::new().schema(&schema).has_header(true),
-        )
-        .await
-        .unwrap();
-        let bin = "date_bin(INTERVAL '10 seconds', ts, TIMESTAMP '1970-01-01 00:00:00')";
-        let sql = format!(
-            "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total FROM (
-               SELECT *, {bin} AS window_start, {bin} + INTERVAL '10 seconds' AS window_end FROM ref)
-             WHERE window_end > wprev GROUP BY window_start, window_end, k"
-        );
-        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
-        let mut rows = Vec::new();
-        for b in &batches {
-            for r in batch_rows(b).unwrap() {
-                rows.push(
-                    r.into_iter()
-                        .map(|v| v.unwrap_or_default())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                );
-            }
-        }
-        rows.sort();
-        rows
-    })
-}
 
 /// Runs the sink job over the big input with `kills` SIGKILLs at random moments, resuming at
 /// random parallelism; returns the committed lines (sorted) and how many kills hit a running
@@ -361,8 +266,8 @@ fn counts(lines: &[String]) -> BTreeMap<&str, usize> {
 #[test]
 fn a_million_rows_survive_twenty_kills_exactly_once_and_at_least_once() {
     let work = tempfile::tempdir().unwrap();
-    let (events, reference) = write_big_input(work.path());
-    let expected = reference_rows(&reference);
+    let (events, reference) = write_input(work.path(), ROWS, 10, 42);
+    let expected = reference_rows(&reference, ",");
     assert!(expected.len() > 1000, "{} reference rows", expected.len());
 
     let eo = work.path().join("exactly_once");

@@ -1,48 +1,28 @@
 //! The PostgreSQL sink against a real server (started by the test in a temporary directory):
 //! exactly-once through SIGKILLs and crashes injected between pre-commit, manifest and commit;
-//! the table then holds exactly the rows of the same query run straight, and no prepared
-//! transaction is left. Plus the errors a user meets at CREATE SINK.
+//! the table then holds exactly the rows DataFusion batch SQL computes over the same input
+//! (late rows removed by a plain replay), and no prepared transaction is left. Plus the errors a user meets at CREATE SINK.
 
 mod common;
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use common::pg::PgServer;
 use common::process::{finish, kill_at_random, spawn, wait_for_file};
-use common::{execute, session, text_rows, Collected};
+use common::reference::{reference_rows, write_input};
+use common::{execute, text_rows, Collected};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use weir_planner::{Session, SessionConfig};
 
 const QUERY: &str = "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total \
      FROM TUMBLE(events, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, k";
 
-/// 20,000 rows, time order with disorder within the 2 s bound and some late rows.
-fn write_events(path: &Path) {
-    let mut rng = StdRng::seed_from_u64(9);
-    let mut text = String::from("id,k,v,ts\n");
-    let mut t = 1_704_067_200_000i64;
-    for id in 0..20_000 {
-        t += rng.gen_range(0..20);
-        let ts = if rng.gen_bool(0.2) {
-            t - rng.gen_range(0..2_000)
-        } else if rng.gen_bool(0.01) {
-            t - 10_000
-        } else {
-            t
-        };
-        let dt = chrono::DateTime::from_timestamp_millis(ts).unwrap();
-        writeln!(
-            text,
-            "{id},k{},{},{}",
-            rng.gen_range(0..7),
-            rng.gen_range(-50..500),
-            dt.format("%Y-%m-%d %H:%M:%S%.3f")
-        )
-        .unwrap();
-    }
-    std::fs::write(path, text).unwrap();
+/// 20,000 rows with disorder within the 2 s bound and some late rows; returns the reference
+/// result by DataFusion batch SQL (independent of weir) as psql prints it.
+fn write_events(dir: &Path) -> (std::path::PathBuf, Vec<String>) {
+    let (events, reference) = write_input(dir, 20_000, 20, 9);
+    (events, reference_rows(&reference, "|"))
 }
 
 fn events_ddl(path: &Path, rate: u32) -> String {
@@ -52,22 +32,6 @@ fn events_ddl(path: &Path, rate: u32) -> String {
          WITH (connector = 'file', path = '{}', header = 'true', batch_size = '100', rate = '{rate}')",
         path.display()
     )
-}
-
-/// The query's rows run straight, as psql prints them (`|`-separated), sorted.
-fn straight_rows(events: &Path) -> Vec<String> {
-    let mut s = session(2);
-    execute(&mut s, &events_ddl(events, 100_000_000)).unwrap();
-    let Collected::Rows(_, batches) = execute(&mut s, QUERY).unwrap() else {
-        panic!("expected rows")
-    };
-    let mut rows: Vec<String> = text_rows(&batches)
-        .into_iter()
-        .map(|r| r.join("|"))
-        .collect();
-    rows.sort();
-    assert!(rows.len() > 100);
-    rows
 }
 
 fn table_rows(pg: &PgServer, table: &str) -> Vec<String> {
@@ -95,9 +59,7 @@ fn sink_script(dir: &Path, events: &Path, url: &str, table: &str, extra: &str) -
 fn exactly_once_into_postgres_through_kills_and_injected_crashes() {
     let pg = PgServer::start();
     let work = tempfile::tempdir().unwrap();
-    let events = work.path().join("events.csv");
-    write_events(&events);
-    let expected = straight_rows(&events);
+    let (events, expected) = write_events(work.path());
 
     // Random SIGKILLs, resumed at other parallelisms.
     let data = work.path().join("data_kills");
@@ -167,9 +129,7 @@ fn exactly_once_into_postgres_through_kills_and_injected_crashes() {
 fn upsert_on_a_primary_key_and_at_least_once_replays_overwrite() {
     let pg = PgServer::start();
     let work = tempfile::tempdir().unwrap();
-    let events = work.path().join("events.csv");
-    write_events(&events);
-    let expected = straight_rows(&events);
+    let (events, expected) = write_events(work.path());
     let data = work.path().join("data");
     let script = sink_script(
         work.path(),
@@ -200,8 +160,7 @@ fn create_sink_checks_the_server_and_the_table() {
          n BOOLEAN, total BIGINT)",
     );
     let work = tempfile::tempdir().unwrap();
-    let events = work.path().join("events.csv");
-    write_events(&events);
+    let (events, _) = write_events(work.path());
     let (mut s, _) = Session::open(SessionConfig {
         parallelism: 1,
         data_dir: Some(work.path().join("data")),
@@ -327,9 +286,7 @@ fn rows_land_with_postgres_types() {
 fn a_dropped_connection_fails_the_epoch_and_the_job_restarts_from_its_checkpoint() {
     let pg = PgServer::start();
     let work = tempfile::tempdir().unwrap();
-    let events = work.path().join("events.csv");
-    write_events(&events);
-    let expected = straight_rows(&events);
+    let (events, expected) = write_events(work.path());
     let (mut s, _) = Session::open(SessionConfig {
         parallelism: 2,
         data_dir: Some(work.path().join("data")),
@@ -371,9 +328,7 @@ fn insert_into_a_postgres_table_runs_a_sink_job() {
     let pg = PgServer::start();
     pg.psql("CREATE TABLE totals (window_start TIMESTAMP, window_end TIMESTAMP, k TEXT, n BIGINT, total BIGINT)");
     let work = tempfile::tempdir().unwrap();
-    let events = work.path().join("events.csv");
-    write_events(&events);
-    let expected = straight_rows(&events);
+    let (events, expected) = write_events(work.path());
     let (mut s, _) = Session::open(SessionConfig {
         parallelism: 2,
         data_dir: Some(work.path().join("data")),
@@ -422,8 +377,7 @@ fn rows_the_server_refuses_fail_the_job_naming_the_sink() {
          n BIGINT CHECK (n < 5), total BIGINT)",
     );
     let work = tempfile::tempdir().unwrap();
-    let events = work.path().join("events.csv");
-    write_events(&events);
+    let (events, _) = write_events(work.path());
     let (mut s, _) = Session::open(SessionConfig {
         parallelism: 2,
         data_dir: Some(work.path().join("data")),

@@ -5,6 +5,7 @@
 
 pub mod pg;
 pub mod process;
+pub mod reference;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
