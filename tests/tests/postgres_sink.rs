@@ -208,7 +208,7 @@ fn create_sink_checks_the_server_and_the_table() {
     }
     drop(pg);
     // A server without prepared transactions cannot take exactly-once output.
-    let no_2pc = PgServer::start_with(0);
+    let no_2pc = PgServer::start_with(0, None);
     let sql = format!(
         "CREATE SINK bad WITH (connector = 'postgres', url = '{}', table = 't', create_table = 'true') AS {QUERY}",
         no_2pc.url()
@@ -402,4 +402,42 @@ fn rows_the_server_refuses_fail_the_job_naming_the_sink() {
     assert!(error.contains("violates check constraint"), "{error}");
     // Refused rows are the data's fault: no restart.
     assert_eq!(s.job_restarts("refused"), Some(0));
+}
+
+#[test]
+fn a_wrong_password_is_refused_and_never_printed() {
+    let pg = PgServer::start_with(64, Some("s3cret-pw"));
+    let work = tempfile::tempdir().unwrap();
+    let (events, _) = write_events(work.path());
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism: 1,
+        data_dir: Some(work.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    execute(&mut s, &events_ddl(&events, 100_000)).unwrap();
+    let wrong = format!("postgresql://weir:not-it@127.0.0.1:{}/postgres", pg.port);
+    let err = execute(
+        &mut s,
+        &format!("CREATE SINK w WITH (connector = 'postgres', url = '{wrong}', table = 't', create_table = 'true') AS {QUERY}"),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("password authentication failed"), "{err}");
+    assert!(!err.contains("not-it"), "the password leaked: {err}");
+    // The right password gets through (and the job runs to its end).
+    execute(
+        &mut s,
+        &format!(
+            "CREATE SINK r WITH (connector = 'postgres', url = '{}', table = 't', create_table = 'true') AS {QUERY}",
+            pg.url()
+        ),
+    )
+    .unwrap();
+    let jobs = s
+        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+    assert!(jobs.iter().all(|j| j.2.is_none()), "{jobs:?}");
+    assert!(!pg.psql("SELECT count(*) FROM t").is_empty());
 }

@@ -10,6 +10,8 @@ pub struct PgServer {
     dir: tempfile::TempDir,
     bin: PathBuf,
     pub port: u16,
+    /// Password of the `weir` role when the server requires one (SCRAM).
+    password: Option<String>,
 }
 
 fn bin_dir() -> PathBuf {
@@ -61,8 +63,9 @@ fn free_port() -> u16 {
 }
 
 impl PgServer {
-    /// Starts a server with `max_prepared_transactions` set as given.
-    pub fn start_with(max_prepared_transactions: u32) -> Self {
+    /// Starts a server with `max_prepared_transactions` set as given; with a password, the
+    /// `weir` role has it and the server asks for it (SCRAM-SHA-256).
+    pub fn start_with(max_prepared_transactions: u32, password: Option<&str>) -> Self {
         let bin = bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("weir-pg-")
@@ -76,18 +79,17 @@ impl PgServer {
             assert!(status.success());
         }
         let data = dir.path().join("data");
-        let out = run(
-            &bin.join("initdb"),
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-U",
-                "weir",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-            ],
-        );
+        let pwfile = dir.path().join("pw");
+        let pwfile_arg = format!("--pwfile={}", pwfile.display());
+        let mut args = vec!["-D", data.to_str().unwrap(), "-U", "weir", "-E", "UTF8"];
+        match password {
+            Some(pw) => {
+                std::fs::write(&pwfile, pw).unwrap();
+                args.extend(["--auth=scram-sha-256", pwfile_arg.as_str()]);
+            }
+            None => args.push("--auth=trust"),
+        }
+        let out = run(&bin.join("initdb"), &args);
         assert!(
             out.status.success(),
             "initdb: {}",
@@ -118,16 +120,24 @@ impl PgServer {
             String::from_utf8_lossy(&out.stderr),
             std::fs::read_to_string(&log).unwrap_or_default()
         );
-        Self { dir, bin, port }
+        Self {
+            dir,
+            bin,
+            port,
+            password: password.map(str::to_string),
+        }
     }
 
     pub fn start() -> Self {
-        Self::start_with(64)
+        Self::start_with(64, None)
     }
 
-    /// A URL weir and clients connect with.
+    /// A URL weir and clients connect with (with the password when there is one).
     pub fn url(&self) -> String {
-        format!("postgresql://weir@127.0.0.1:{}/postgres", self.port)
+        match &self.password {
+            Some(pw) => format!("postgresql://weir:{pw}@127.0.0.1:{}/postgres", self.port),
+            None => format!("postgresql://weir@127.0.0.1:{}/postgres", self.port),
+        }
     }
 
     /// Runs SQL with psql and returns its rows (unaligned, `|`-separated, no header).
