@@ -18,18 +18,8 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use util::{env_usize, median};
-use weir_planner::sql::StatementText;
+use util::{env_usize, median, run};
 use weir_planner::{Session, SessionConfig};
-
-fn run(session: &mut Session, sql: &str) {
-    session
-        .execute(&StatementText {
-            text: sql.to_string(),
-            line: 1,
-        })
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
 
 fn open(data: &Path, parallelism: usize) -> Session {
     Session::open(SessionConfig {

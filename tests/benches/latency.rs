@@ -20,20 +20,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use util::{env_usize, median};
-use weir_planner::sql::StatementText;
+use util::{env_usize, median, run};
 use weir_planner::{Session, SessionConfig};
 
 const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01 00:00:00 UTC
-
-fn run(session: &mut Session, sql: &str) {
-    session
-        .execute(&StatementText {
-            text: sql.to_string(),
-            line: 1,
-        })
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
 
 fn open(data: &Path) -> Session {
     Session::open(SessionConfig {

@@ -34,6 +34,17 @@ fn events_ddl(path: &Path, rate: u32) -> String {
     )
 }
 
+/// A session keeping its jobs under `dir/data`.
+fn durable_session(dir: &Path, parallelism: usize) -> Session {
+    Session::open(SessionConfig {
+        parallelism,
+        data_dir: Some(dir.join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap()
+    .0
+}
+
 fn table_rows(pg: &PgServer, table: &str) -> Vec<String> {
     let mut rows = pg.psql(&format!(
         "SELECT to_char(window_start, 'YYYY-MM-DD HH24:MI:SS'), \
@@ -161,12 +172,7 @@ fn create_sink_checks_the_server_and_the_table() {
     );
     let work = tempfile::tempdir().unwrap();
     let (events, _) = write_events(work.path());
-    let (mut s, _) = Session::open(SessionConfig {
-        parallelism: 1,
-        data_dir: Some(work.path().join("data")),
-        ..SessionConfig::default()
-    })
-    .unwrap();
+    let mut s = durable_session(work.path(), 1);
     execute(&mut s, &events_ddl(&events, 1000)).unwrap();
     let url = pg.url();
     let closed = format!("postgresql://weir@127.0.0.1:{}/postgres", {
@@ -224,12 +230,7 @@ fn create_sink_checks_the_server_and_the_table() {
 fn rows_land_with_postgres_types() {
     let pg = PgServer::start();
     let work = tempfile::tempdir().unwrap();
-    let (mut s, _) = Session::open(SessionConfig {
-        parallelism: 1,
-        data_dir: Some(work.path().join("data")),
-        ..SessionConfig::default()
-    })
-    .unwrap();
+    let mut s = durable_session(work.path(), 1);
     let events = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/events.csv");
     execute(
         &mut s,
@@ -287,12 +288,7 @@ fn a_dropped_connection_fails_the_epoch_and_the_job_restarts_from_its_checkpoint
     let pg = PgServer::start();
     let work = tempfile::tempdir().unwrap();
     let (events, expected) = write_events(work.path());
-    let (mut s, _) = Session::open(SessionConfig {
-        parallelism: 2,
-        data_dir: Some(work.path().join("data")),
-        ..SessionConfig::default()
-    })
-    .unwrap();
+    let mut s = durable_session(work.path(), 2);
     execute(&mut s, &events_ddl(&events, 20_000)).unwrap();
     execute(&mut s, "SET checkpoint_interval = '50ms'").unwrap();
     execute(
@@ -329,12 +325,7 @@ fn insert_into_a_postgres_table_runs_a_sink_job() {
     pg.psql("CREATE TABLE totals (window_start TIMESTAMP, window_end TIMESTAMP, k TEXT, n BIGINT, total BIGINT)");
     let work = tempfile::tempdir().unwrap();
     let (events, expected) = write_events(work.path());
-    let (mut s, _) = Session::open(SessionConfig {
-        parallelism: 2,
-        data_dir: Some(work.path().join("data")),
-        ..SessionConfig::default()
-    })
-    .unwrap();
+    let mut s = durable_session(work.path(), 2);
     execute(&mut s, &events_ddl(&events, 100_000)).unwrap();
     execute(
         &mut s,
@@ -378,12 +369,7 @@ fn rows_the_server_refuses_fail_the_job_naming_the_sink() {
     );
     let work = tempfile::tempdir().unwrap();
     let (events, _) = write_events(work.path());
-    let (mut s, _) = Session::open(SessionConfig {
-        parallelism: 2,
-        data_dir: Some(work.path().join("data")),
-        ..SessionConfig::default()
-    })
-    .unwrap();
+    let mut s = durable_session(work.path(), 2);
     execute(&mut s, &events_ddl(&events, 100_000)).unwrap();
     execute(
         &mut s,
@@ -409,12 +395,7 @@ fn a_wrong_password_is_refused_and_never_printed() {
     let pg = PgServer::start_with(64, Some("s3cret-pw"));
     let work = tempfile::tempdir().unwrap();
     let (events, _) = write_events(work.path());
-    let (mut s, _) = Session::open(SessionConfig {
-        parallelism: 1,
-        data_dir: Some(work.path().join("data")),
-        ..SessionConfig::default()
-    })
-    .unwrap();
+    let mut s = durable_session(work.path(), 1);
     execute(&mut s, &events_ddl(&events, 100_000)).unwrap();
     let wrong = format!("postgresql://weir:not-it@127.0.0.1:{}/postgres", pg.port);
     let err = execute(

@@ -15,3 +15,13 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
+
+/// Runs one statement; a failure ends the benchmark with the statement and the error.
+pub fn run(session: &mut weir_planner::Session, sql: &str) {
+    session
+        .execute(&weir_planner::sql::StatementText {
+            text: sql.to_string(),
+            line: 1,
+        })
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
