@@ -5,11 +5,12 @@
 //! every job whose state is not `finished`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use weir_engine::checkpoint::{JobDir, StatsSnapshot};
-use weir_engine::{JobHandle, MetricsSnapshot};
+use weir_engine::runtime::SupervisedJob;
+use weir_engine::MetricsSnapshot;
 
 use crate::error::{PlanError, Result};
 
@@ -173,24 +174,16 @@ impl JobRecord {
 /// A job this process runs (or ran).
 pub struct ManagedJob {
     pub record: JobRecord,
-    pub handle: Option<JobHandle>,
+    /// The running job (its supervisor restarts it after failures that may pass).
+    pub handle: Option<SupervisedJob>,
     /// Counters when the job ended.
     pub last_metrics: Option<MetricsSnapshot>,
     /// Checkpoint counters when the job ended.
     pub last_checkpoints: Option<StatsSnapshot>,
     pub last_epoch: u64,
-    /// Automatic restarts after failures so far, and when the last failure was seen.
+    /// Restarts after failures, as the job ended.
     pub restarts: u32,
-    pub failed_at: Option<Instant>,
-    /// The last failure may pass (an external system, I/O): the job restarts from its last
-    /// checkpoint. Bad input or a bug fails it for good.
-    pub retryable: bool,
 }
-
-/// Restarts after failures that may pass before a job stays failed; the n-th waits
-/// `RESTART_BACKOFF * 2^(n-1)`.
-pub const MAX_RESTARTS: u32 = 3;
-pub const RESTART_BACKOFF: Duration = Duration::from_millis(500);
 
 impl ManagedJob {
     /// Collects the outcome of a job whose tasks all ended, and records its new state.
@@ -207,6 +200,7 @@ impl ManagedJob {
             .map_or(self.last_epoch, |c| c.last_epoch);
         self.last_metrics = Some(handle.metrics());
         self.last_checkpoints = handle.checkpoints();
+        self.restarts = handle.restarts();
         let (state, error) = match handle.wait() {
             // Whether it ran to its end or stopped at a checkpoint, the newest manifest says.
             Ok(_) => {
@@ -217,16 +211,7 @@ impl ManagedJob {
                 }
             }
             Err(weir_engine::EngineError::Cancelled) => (JobState::Stopped, None),
-            Err(e) => {
-                self.retryable = matches!(
-                    e,
-                    weir_engine::EngineError::External(_)
-                        | weir_engine::EngineError::Io { .. }
-                        | weir_engine::EngineError::State(_)
-                );
-                self.failed_at = Some(Instant::now());
-                (JobState::Failed, Some(e.to_string()))
-            }
+            Err(e) => (JobState::Failed, Some(e.to_string())),
         };
         self.record.state = state;
         self.record.error = error;
@@ -243,22 +228,6 @@ impl ManagedJob {
             std::thread::sleep(Duration::from_millis(10));
         }
         self.reap(data_dir)
-    }
-
-    /// Whether the job failed in a way that may pass and has restarts left.
-    pub fn will_restart(&self) -> bool {
-        self.handle.is_none()
-            && self.record.state == JobState::Failed
-            && self.retryable
-            && self.restarts < MAX_RESTARTS
-    }
-
-    /// Whether its restart is due.
-    pub fn restart_due(&self) -> bool {
-        self.will_restart()
-            && self
-                .failed_at
-                .is_none_or(|t| t.elapsed() >= RESTART_BACKOFF * 2u32.pow(self.restarts))
     }
 
     /// The job's counters: live while it runs, else as it ended.

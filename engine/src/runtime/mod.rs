@@ -3,6 +3,7 @@
 mod chain;
 mod input_gate;
 mod outlet;
+mod supervisor;
 mod task;
 
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ use crate::state::{RestoreSet, RocksDbStateBackend, StateBackend, StateHandle, T
 pub use chain::Chain;
 pub use input_gate::{GateEvent, InputGate};
 pub use outlet::{partition_of_rows, Outlet, TaskExit};
+pub use supervisor::{spawn_supervised, RestartPolicy, SupervisedJob};
 use task::{run_operator_task, run_source_task, JobShared, Outlets, SourceControl, TaskCheckpoint};
 
 /// The input channels of one task, each with the logical input it belongs to.

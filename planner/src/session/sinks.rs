@@ -11,8 +11,9 @@ use datafusion::sql::sqlparser::ast::{CreateTable, Insert, Statement, TableObjec
 use weir_connectors::sinks::{ViewSinkFactory, ViewSourceFactory};
 use weir_connectors::{create_sink, Options};
 use weir_engine::checkpoint::CheckpointConfig;
+use weir_engine::runtime::{spawn_supervised, RestartPolicy};
 use weir_engine::OperatorFactory;
-use weir_engine::{spawn_job, JobConfig, JobGraph};
+use weir_engine::{JobConfig, JobGraph};
 
 use super::ddl::{object_name, table_options};
 use super::settings::{parse_delivery, parse_duration};
@@ -330,7 +331,7 @@ impl Session {
             }),
             ..JobConfig::default()
         };
-        let handle = spawn_job(graph, config)?;
+        let handle = spawn_supervised(graph, config, RestartPolicy::default())?;
         let notes = handle.notes().to_vec();
         let last_epoch = handle.restored_epoch().unwrap_or(0);
         self.jobs.insert(
@@ -341,8 +342,6 @@ impl Session {
                 last_metrics: None,
                 last_checkpoints: None,
                 restarts: 0,
-                failed_at: None,
-                retryable: false,
                 last_epoch,
             },
         );
@@ -498,7 +497,6 @@ impl Session {
             for job in self.jobs.values_mut() {
                 let _ = job.reap(&data_dir);
             }
-            self.restart_failed_jobs(&data_dir);
         }
         let mut rows: Vec<Vec<String>> = self
             .jobs
@@ -507,8 +505,6 @@ impl Session {
                 let m = j.metrics().unwrap_or_default();
                 let state = if j.handle.is_some() {
                     JobState::Running.as_str()
-                } else if j.will_restart() {
-                    "restarting"
                 } else {
                     j.record.state.as_str()
                 };
@@ -581,7 +577,8 @@ impl Session {
 
     /// How often a job of this session was restarted after failures.
     pub fn job_restarts(&self, name: &str) -> Option<u32> {
-        self.jobs.get(name).map(|j| j.restarts)
+        let job = self.jobs.get(name)?;
+        Some(job.handle.as_ref().map_or(job.restarts, |h| h.restarts()))
     }
 
     /// Counters of a job of this session (as it ended, once it ended).
@@ -605,47 +602,7 @@ impl Session {
 
     /// Whether any job of this session is still running.
     pub fn has_running_jobs(&self) -> bool {
-        self.jobs
-            .values()
-            .any(|j| j.handle.is_some() || j.will_restart())
-    }
-
-    /// Restarts, from their last checkpoint, the jobs whose failure may pass (a sink's server
-    /// went away, I/O) once their backoff elapsed; after `MAX_RESTARTS` they stay failed.
-    fn restart_failed_jobs(&mut self, data_dir: &Path) {
-        let due: Vec<String> = self
-            .jobs
-            .values()
-            .filter(|j| j.restart_due())
-            .map(|j| j.record.name.clone())
-            .collect();
-        for name in due {
-            let Some(job) = self.jobs.remove(&name) else {
-                continue;
-            };
-            let restarts = job.restarts + 1;
-            let mut record = job.record.clone();
-            let planned = self.plan_recorded(&record, data_dir);
-            let started = planned.and_then(|(graph, _)| {
-                record.state = JobState::Running;
-                record.save(data_dir)?;
-                self.start_job(record, graph)
-            });
-            match started {
-                Ok(_) => {
-                    if let Some(j) = self.jobs.get_mut(&name) {
-                        j.restarts = restarts;
-                    }
-                }
-                Err(e) => {
-                    let mut job = job;
-                    job.restarts = restarts;
-                    job.failed_at = Some(std::time::Instant::now());
-                    job.record.error = Some(format!("restart {restarts} failed: {e}"));
-                    self.jobs.insert(name, job);
-                }
-            }
-        }
+        self.jobs.values().any(|j| j.handle.is_some())
     }
 
     /// Waits until every job of this session ended. When `interrupted` turns true, stops
@@ -660,11 +617,7 @@ impl Session {
             None => return Ok(Vec::new()),
         };
         let mut stopping = false;
-        while self
-            .jobs
-            .values()
-            .any(|j| j.handle.is_some() || (!stopping && j.will_restart()))
-        {
+        while self.has_running_jobs() {
             if !stopping && interrupted.load(Ordering::SeqCst) {
                 stopping = true;
                 self.jobs
@@ -674,9 +627,6 @@ impl Session {
             }
             for job in self.jobs.values_mut() {
                 job.reap(&data_dir)?;
-            }
-            if !stopping {
-                self.restart_failed_jobs(&data_dir);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
