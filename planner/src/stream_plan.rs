@@ -105,11 +105,16 @@ impl<'a> StreamPlanner<'a> {
         let stream = self.plan(plan)?;
         let single = self.single(stream, "result");
         let stream = self.ordered(single);
-        self.stages[stream.stage].chain.push(sink);
-        Ok(JobGraph {
+        Ok(self.with_sink(name, stream.stage, sink))
+    }
+
+    /// The job graph with `sink` at the end of `stage`.
+    fn with_sink(mut self, name: &str, stage: usize, sink: Arc<dyn OperatorFactory>) -> JobGraph {
+        self.stages[stage].chain.push(sink);
+        JobGraph {
             name: name.to_string(),
             stages: self.stages,
-        })
+        }
     }
 
     /// Plans `plan` with `sink` in every instance of the stage producing the results: no
@@ -122,11 +127,7 @@ impl<'a> StreamPlanner<'a> {
         sink: Arc<dyn OperatorFactory>,
     ) -> Result<JobGraph> {
         let stream = self.plan(plan)?;
-        self.stages[stream.stage].chain.push(sink);
-        Ok(JobGraph {
-            name: name.to_string(),
-            stages: self.stages,
-        })
+        Ok(self.with_sink(name, stream.stage, sink))
     }
 
     fn physical(&self, e: &Expr, schema: &DFSchemaRef) -> Result<Arc<dyn PhysicalExpr>> {
