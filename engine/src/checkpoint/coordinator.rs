@@ -296,12 +296,15 @@ impl Coordinator {
             state: f.state,
             commits: self.uncommitted.clone(),
         };
-        fault_point("before_manifest", f.epoch);
+        let pending_output = !self.uncommitted.is_empty();
+        if pending_output {
+            fault_point("before_manifest", f.epoch);
+        }
         let written = match f.error {
             Some(e) => Err(EngineError::State(e)),
             None => self.dir.write_manifest(&manifest),
         };
-        if written.is_ok() {
+        if written.is_ok() && pending_output {
             fault_point("before_commit", f.epoch);
         }
         match written {
@@ -376,13 +379,18 @@ impl Coordinator {
     }
 }
 
-/// Crash-test hook: with `WEIR_FAULT=<point>:<epoch>` in the environment the process aborts at
-/// that point of that checkpoint (`before_manifest`: every task pre-committed, no manifest
-/// yet; `before_commit`: the manifest is written, nothing committed; `mid_commit`: the first
-/// of several sink instances committed, the others not), as a crash would.
+/// Crash-test hook: with `WEIR_FAULT=<point>:<n>` in the environment the process aborts, as a
+/// crash would, the first time a checkpoint from epoch `n` on reaches that point with sink
+/// output to commit (`before_manifest`: every task pre-committed, no manifest yet;
+/// `before_commit`: the manifest is written, nothing committed; `mid_commit`: the first of
+/// several sink payloads committed, the others not).
 fn fault_point(point: &str, epoch: u64) {
     if let Ok(fault) = std::env::var("WEIR_FAULT") {
-        if fault == format!("{point}:{epoch}") {
+        let at = fault
+            .strip_prefix(point)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .and_then(|n| n.parse::<u64>().ok());
+        if at.is_some_and(|n| epoch >= n) {
             eprintln!("WEIR_FAULT: aborting at {point} of checkpoint {epoch}");
             std::process::abort();
         }
