@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::process::{committed_lines, finish, spawn, wait_for_file};
-use common::{execute, session, text_rows, Collected};
+use common::{execute, session, text_rows, wait_jobs, Collected};
 use weir_planner::sql::StatementText;
 use weir_planner::{Session, SessionConfig, StatementResult};
 
@@ -145,8 +145,7 @@ fn cancel_job_stops_at_a_checkpoint_and_the_next_start_resumes_it() {
     }
     // A new session on the same data directory resumes the stopped job.
     let mut s = durable_session(&data);
-    s.wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    wait_jobs(&mut s);
     assert_eq!(show_jobs(&mut s)[0][1], "finished");
     assert_eq!(sorted(committed_lines(&out)), straight_rows());
     execute(&mut s, "DROP SINK s").unwrap();

@@ -10,7 +10,7 @@ use std::path::Path;
 use common::pg::PgServer;
 use common::process::{finish, kill_at_random, spawn, wait_for_file};
 use common::reference::{reference_rows, write_input};
-use common::{execute, text_rows, Collected};
+use common::{execute, text_rows, wait_jobs, Collected};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use weir_planner::{Session, SessionConfig};
@@ -252,9 +252,7 @@ fn rows_land_with_postgres_types() {
         ),
     )
     .unwrap();
-    let jobs = s
-        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    let jobs = wait_jobs(&mut s);
     assert!(jobs.iter().all(|j| j.2.is_none()), "{jobs:?}");
     let types = pg.psql(
         "SELECT column_name || ' ' || data_type FROM information_schema.columns \
@@ -307,9 +305,7 @@ fn a_dropped_connection_fails_the_epoch_and_the_job_restarts_from_its_checkpoint
          WHERE usename = 'weir' AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
     );
     assert!(!cut.is_empty(), "no connection to cut");
-    let jobs = s
-        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    let jobs = wait_jobs(&mut s);
     assert_eq!(jobs[0].1.as_str(), "finished", "{jobs:?}");
     assert!(
         s.job_restarts("dropped").unwrap() >= 1,
@@ -351,9 +347,7 @@ fn insert_into_a_postgres_table_runs_a_sink_job() {
         .unwrap();
     assert!(err.to_string().contains("has no column 'nope'"), "{err}");
     execute(&mut s, &format!("INSERT INTO pg_totals {QUERY}")).unwrap();
-    let jobs = s
-        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    let jobs = wait_jobs(&mut s);
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(jobs[0].0, "pg_totals_insert_1");
     assert!(jobs[0].2.is_none(), "{jobs:?}");
@@ -379,9 +373,7 @@ fn rows_the_server_refuses_fail_the_job_naming_the_sink() {
         ),
     )
     .unwrap();
-    let jobs = s
-        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    let jobs = wait_jobs(&mut s);
     assert_eq!(jobs[0].1.as_str(), "failed", "{jobs:?}");
     let error = jobs[0].2.clone().unwrap();
     assert!(error.contains("sink refused"), "{error}");
@@ -416,9 +408,7 @@ fn a_wrong_password_is_refused_and_never_printed() {
         ),
     )
     .unwrap();
-    let jobs = s
-        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    let jobs = wait_jobs(&mut s);
     assert!(jobs.iter().all(|j| j.2.is_none()), "{jobs:?}");
     assert!(!pg.psql("SELECT count(*) FROM t").is_empty());
 }

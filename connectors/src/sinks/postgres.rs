@@ -148,33 +148,26 @@ impl PostgresSinkFactory {
         let create_table = options.take_bool("create_table")?.unwrap_or(false);
         // Target column names by position (INSERT INTO t (a, b) SELECT ...); default: the
         // query's column names.
-        if let Some(columns) = options.take("target_columns") {
-            let names: Vec<&str> = columns.split(',').map(str::trim).collect();
-            if names.len() != schema.fields().len() {
-                return Err(ConnectorError::Schema(format!(
-                    "sink {sink}: {} target columns ({columns}) for {} query columns",
-                    names.len(),
-                    schema.fields().len()
-                )));
+        let schema = match options.take("target_columns") {
+            None => schema,
+            Some(columns) => {
+                let names: Vec<&str> = columns.split(',').map(str::trim).collect();
+                if names.len() != schema.fields().len() {
+                    return Err(ConnectorError::Schema(format!(
+                        "sink {sink}: {} target columns ({columns}) for {} query columns",
+                        names.len(),
+                        schema.fields().len()
+                    )));
+                }
+                let fields: Vec<_> = schema
+                    .fields()
+                    .iter()
+                    .zip(&names)
+                    .map(|(f, n)| f.as_ref().clone().with_name(*n))
+                    .collect();
+                Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
             }
-            let fields: Vec<_> = schema
-                .fields()
-                .iter()
-                .zip(&names)
-                .map(|(f, n)| f.as_ref().clone().with_name(*n))
-                .collect();
-            return Self::from_options(
-                sink,
-                job,
-                Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
-                &mut Options::new(options.iter().map(|(k, v)| (k.clone(), v.clone())).chain([
-                    ("url".into(), url),
-                    ("table".into(), table),
-                    ("create_table".into(), create_table.to_string()),
-                ])),
-                exactly_once,
-            );
-        }
+        };
         let primary_key: Vec<String> = options
             .take("primary_key")
             .map(|k| {

@@ -139,3 +139,12 @@ impl sqllogictest::DB for WeirDb {
         "weir"
     }
 }
+
+/// Waits for every sink job of the session; each job's name, final state and error.
+pub fn wait_jobs(
+    session: &mut Session,
+) -> Vec<(String, weir_planner::jobs::JobState, Option<String>)> {
+    session
+        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
+        .expect("wait for jobs")
+}
