@@ -20,6 +20,10 @@ pub enum PlanError {
     UnknownTable(String),
     #[error("table '{0}' already exists")]
     TableExists(String),
+    /// The statement reaches for something this session may not touch (a file outside the
+    /// file root).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// Another mistake in the statement, explained.
     #[error("{0}")]
     Invalid(String),
@@ -53,6 +57,13 @@ fn datafusion_message(e: &DataFusionError) -> String {
     text.trim().to_string()
 }
 
+/// DataFusion's planner reports a missing table (from weir's context provider) as a plan
+/// error.
+fn is_unknown_table(e: &DataFusionError) -> bool {
+    let m = datafusion_message(e);
+    m.starts_with("table '") && m.ends_with("does not exist")
+}
+
 impl PlanError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         PlanError::Io {
@@ -68,7 +79,13 @@ impl PlanError {
             PlanError::NotSupported(_) => "0A000",
             PlanError::UnknownTable(_) => "42P01",
             PlanError::TableExists(_) => "42P07",
-            PlanError::DataFusion(DataFusionError::SchemaError(..)) => "42703",
+            PlanError::PermissionDenied(_) => "42501",
+            PlanError::DataFusion(e)
+                if matches!(e.find_root(), DataFusionError::SchemaError(..)) =>
+            {
+                "42703"
+            }
+            PlanError::DataFusion(e) if is_unknown_table(e) => "42P01",
             PlanError::DataFusion(_) | PlanError::Invalid(_) => "42000",
             PlanError::Connector(_) => "22023",
             PlanError::Engine(EngineError::BadInput(_)) => "22P02",

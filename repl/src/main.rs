@@ -3,6 +3,7 @@
 mod output;
 mod repl;
 mod runner;
+mod server;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,20 @@ enum Command {
     /// Resume every unfinished sink job of --data-dir from its newest checkpoint, wait until
     /// the bounded ones finish (Ctrl-C stops the rest with a final checkpoint), then exit.
     Resume,
+    /// Serve the PostgreSQL wire protocol (psql, psycopg, JDBC, sqllogictest). Connections share
+    /// one catalog and job manager; jobs outlive the connection that created them.
+    Serve {
+        /// Address to listen on (port 0: any free port, printed at start).
+        #[arg(long, default_value = "127.0.0.1:6875")]
+        listen: std::net::SocketAddr,
+        /// Wire sessions read and write files only under this directory (default: the data
+        /// directory); relative paths resolve against it.
+        #[arg(long)]
+        file_root: Option<PathBuf>,
+        /// Require this password (SCRAM-SHA-256) from clients. Also read from WEIR_PASSWORD.
+        #[arg(long, env = "WEIR_PASSWORD", hide_env_values = true)]
+        password: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -52,6 +67,30 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
         config.parallelism = p;
+    }
+    if let Some(Command::Serve {
+        listen,
+        file_root,
+        password,
+    }) = cli.command
+    {
+        let Some(data_dir) = cli.data_dir.clone() else {
+            eprintln!("error: weir serve needs --data-dir DIR");
+            return ExitCode::from(2);
+        };
+        let options = server::ServeOptions {
+            listen,
+            file_root: file_root.unwrap_or_else(|| data_dir.clone()),
+            config,
+            password,
+        };
+        return match server::serve(options) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let resume = matches!(cli.command, Some(Command::Resume));
     if resume {

@@ -136,7 +136,11 @@ impl Session {
             Some(Arc::new(planner.build_schema(ct.columns.clone())?))
         };
         let mut pairs = table_options(&ct, &name)?;
-        super::sinks::resolve_path(&mut pairs, self.config.base_dir.as_deref());
+        super::sinks::resolve_path(
+            &mut pairs,
+            self.config.base_dir.as_deref(),
+            self.config.file_root.as_deref(),
+        )?;
         let options = Options::new(pairs);
         if options.get("connector").is_none() {
             return Err(invalid!(

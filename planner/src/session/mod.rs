@@ -3,6 +3,8 @@
 
 mod ddl;
 mod settings;
+
+pub use settings::SERVER_VERSION;
 mod sinks;
 
 use ddl::object_name;
@@ -53,6 +55,10 @@ pub struct SessionConfig {
     pub resume_parallelism: Option<usize>,
     /// Bytes of window state each task keeps in memory before spilling to its store.
     pub memory_budget: usize,
+    /// When set, `path` options must lead inside this directory (wire sessions).
+    pub file_root: Option<PathBuf>,
+    /// PostgreSQL session parameters set by the client (`SET application_name = ...`).
+    pub client_params: BTreeMap<String, String>,
 }
 
 impl Default for SessionConfig {
@@ -66,6 +72,8 @@ impl Default for SessionConfig {
             base_dir: None,
             resume_parallelism: None,
             memory_budget: weir_engine::runtime::DEFAULT_MEMORY_BUDGET,
+            file_root: None,
+            client_params: BTreeMap::new(),
         }
     }
 }
@@ -187,6 +195,11 @@ impl Session {
         &self.config
     }
 
+    /// The settings, for front ends that keep one set per connection and swap it in.
+    pub fn config_mut(&mut self) -> &mut SessionConfig {
+        &mut self.config
+    }
+
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
     }
@@ -238,6 +251,44 @@ impl Session {
             Statement::Query(_) => self.query(statement),
             Statement::Insert(insert) => self.insert_into(insert, stmt.line),
             other => Err(not_supported!("{} statements", statement_kind(&other))),
+        }
+    }
+
+    /// The columns a statement will return, without running it (the wire protocol's Describe):
+    /// `Some(schema)` for queries and for statements that list things (SHOW, DESCRIBE,
+    /// EXPLAIN), `None` for commands.
+    pub fn describe_statement(&mut self, stmt: &StatementText) -> Result<Option<SchemaRef>> {
+        let first: Vec<String> = stmt
+            .text
+            .split_whitespace()
+            .take(2)
+            .map(|w| w.trim_end_matches(';').to_ascii_uppercase())
+            .collect();
+        match first.first().map(String::as_str) {
+            Some("EXPLAIN") => {
+                return Ok(Some(Arc::new(Schema::new(vec![Field::new(
+                    "plan",
+                    DataType::Utf8,
+                    true,
+                )]))))
+            }
+            // Listing statements have no side effects: run them for their columns.
+            Some("SHOW" | "DESCRIBE" | "DESC") => {
+                return match self.execute(stmt)? {
+                    StatementResult::Rows(schema, _) => Ok(Some(schema)),
+                    _ => Ok(None),
+                }
+            }
+            Some("SELECT" | "WITH" | "VALUES" | "(") => {}
+            _ => return Ok(None),
+        }
+        let parsed = parse_statement(&stmt.text, stmt.line)?;
+        match parsed.statement {
+            Statement::Query(_) => {
+                let (plan, _) = self.logical_plan(parsed.statement)?;
+                Ok(Some(Arc::new(plan.schema().as_arrow().clone())))
+            }
+            _ => Ok(None),
         }
     }
 

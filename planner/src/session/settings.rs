@@ -119,6 +119,34 @@ impl Session {
             .as_slice()
         {
             ["SHOW", "TABLES"] => Ok(Some(self.show_tables())),
+            ["SHOW", "TRANSACTION", "ISOLATION", "LEVEL"] => Ok(Some(text_rows(
+                &["transaction_isolation"],
+                vec![vec!["read committed".into()]],
+            ))),
+            ["SHOW", name] if client_param(name).is_some() => {
+                let name = name.to_ascii_lowercase();
+                let value = self.client_param_value(&name);
+                Ok(Some(text_rows(&[name.as_str()], vec![vec![value]])))
+            }
+            ["SET", "SESSION" | "LOCAL", ..] => {
+                self.execute_setting(&format!("SET {}", words[2..].join(" ")))
+            }
+            ["SET", "TIME", "ZONE", ..] => {
+                self.set_client_param("timezone", &words[3..].join(" "))?;
+                Ok(Some(StatementResult::Command("SET".into())))
+            }
+            ["SET", name, "=" | "TO", ..] if client_param(name).is_some() => {
+                self.set_client_param(&name.to_ascii_lowercase(), &words[3..].join(" "))?;
+                Ok(Some(StatementResult::Command("SET".into())))
+            }
+            ["RESET", "ALL"] => {
+                self.config.client_params.clear();
+                Ok(Some(StatementResult::Command("RESET".into())))
+            }
+            ["RESET", name] if client_param(name).is_some() => {
+                self.config.client_params.remove(&name.to_ascii_lowercase());
+                Ok(Some(StatementResult::Command("RESET".into())))
+            }
             ["SHOW", "ALL"] => Ok(Some(self.show_settings(None)?)),
             ["SHOW", _] if upper[1] != "CREATE" && upper[1] != "JOBS" => Ok(Some(
                 self.show_settings(Some(&words[1].to_ascii_lowercase()))?,
@@ -131,6 +159,34 @@ impl Session {
             ["SET", ..] => Err(invalid!("expected SET name = value")),
             _ => Ok(None),
         }
+    }
+
+    fn client_param_value(&self, name: &str) -> String {
+        self.config
+            .client_params
+            .get(name)
+            .cloned()
+            .or_else(|| client_param(name).map(|p| p.default.to_string()))
+            .unwrap_or_default()
+    }
+
+    /// SET of a PostgreSQL session parameter: kept for SHOW when weir can honour the value.
+    fn set_client_param(&mut self, name: &str, value: &str) -> Result<()> {
+        let Some(param) = client_param(name) else {
+            return Err(invalid!("unknown setting '{name}'"));
+        };
+        let value = value.trim().trim_matches('\'').to_string();
+        if value.eq_ignore_ascii_case("default") {
+            self.config.client_params.remove(param.name);
+            return Ok(());
+        }
+        if let Some(check) = param.check {
+            check(&value)?;
+        }
+        self.config
+            .client_params
+            .insert(param.name.to_string(), value);
+        Ok(())
     }
 
     fn settings(&self) -> Vec<(&'static str, String, &'static str)> {
@@ -234,4 +290,198 @@ impl Session {
         }
         Ok(text_rows(&["name", "setting", "description"], rows))
     }
+}
+
+/// A PostgreSQL session parameter that drivers and tools set or read (`SET extra_float_digits
+/// = 3`, `SHOW server_version`). weir keeps the value for SHOW; a `check` refuses values weir
+/// cannot honour (it computes in UTC and speaks UTF-8).
+pub(super) struct ClientParam {
+    pub name: &'static str,
+    pub default: &'static str,
+    check: Option<fn(&str) -> Result<()>>,
+}
+
+fn read_only(_: &str) -> Result<()> {
+    Err(invalid!("this parameter cannot be changed"))
+}
+
+fn utc_only(v: &str) -> Result<()> {
+    match v.to_ascii_uppercase().as_str() {
+        "UTC" | "GMT" | "ETC/UTC" | "Z" | "0" | "+00:00" | "+00" | "LOCAL" => Ok(()),
+        _ => Err(invalid!(
+            "weir computes timestamps in UTC; TimeZone '{v}' is not supported"
+        )),
+    }
+}
+
+fn utf8_only(v: &str) -> Result<()> {
+    match v.to_ascii_uppercase().replace('-', "").as_str() {
+        "UTF8" | "UNICODE" => Ok(()),
+        _ => Err(invalid!(
+            "weir speaks UTF8 only; client_encoding '{v}' is not supported"
+        )),
+    }
+}
+
+fn iso_dates(v: &str) -> Result<()> {
+    if v.to_ascii_uppercase().contains("ISO") || v.eq_ignore_ascii_case("mdy") {
+        Ok(())
+    } else {
+        Err(invalid!(
+            "weir writes dates in ISO style only; DateStyle '{v}' is not supported"
+        ))
+    }
+}
+
+fn integer(v: &str) -> Result<()> {
+    v.parse::<i64>()
+        .map(|_| ())
+        .map_err(|_| invalid!("expected a whole number, got '{v}'"))
+}
+
+const CLIENT_PARAMS: &[ClientParam] = &[
+    ClientParam {
+        name: "application_name",
+        default: "",
+        check: None,
+    },
+    ClientParam {
+        name: "client_encoding",
+        default: "UTF8",
+        check: Some(utf8_only),
+    },
+    ClientParam {
+        name: "datestyle",
+        default: "ISO, MDY",
+        check: Some(iso_dates),
+    },
+    ClientParam {
+        name: "extra_float_digits",
+        default: "1",
+        check: Some(integer),
+    },
+    ClientParam {
+        name: "intervalstyle",
+        default: "postgres",
+        check: None,
+    },
+    ClientParam {
+        name: "search_path",
+        default: "public",
+        check: None,
+    },
+    ClientParam {
+        name: "standard_conforming_strings",
+        default: "on",
+        check: None,
+    },
+    ClientParam {
+        name: "timezone",
+        default: "UTC",
+        check: Some(utc_only),
+    },
+    ClientParam {
+        name: "statement_timeout",
+        default: "0",
+        check: None,
+    },
+    ClientParam {
+        name: "lock_timeout",
+        default: "0",
+        check: None,
+    },
+    ClientParam {
+        name: "idle_in_transaction_session_timeout",
+        default: "0",
+        check: None,
+    },
+    ClientParam {
+        name: "client_min_messages",
+        default: "notice",
+        check: None,
+    },
+    ClientParam {
+        name: "bytea_output",
+        default: "hex",
+        check: None,
+    },
+    ClientParam {
+        name: "lc_messages",
+        default: "C",
+        check: None,
+    },
+    ClientParam {
+        name: "lc_monetary",
+        default: "C",
+        check: None,
+    },
+    ClientParam {
+        name: "lc_numeric",
+        default: "C",
+        check: None,
+    },
+    ClientParam {
+        name: "lc_time",
+        default: "C",
+        check: None,
+    },
+    ClientParam {
+        name: "default_transaction_isolation",
+        default: "read committed",
+        check: None,
+    },
+    ClientParam {
+        name: "transaction_isolation",
+        default: "read committed",
+        check: None,
+    },
+    ClientParam {
+        name: "default_transaction_read_only",
+        default: "off",
+        check: None,
+    },
+    ClientParam {
+        name: "server_version",
+        default: SERVER_VERSION,
+        check: Some(read_only),
+    },
+    ClientParam {
+        name: "server_version_num",
+        default: "150000",
+        check: Some(read_only),
+    },
+    ClientParam {
+        name: "server_encoding",
+        default: "UTF8",
+        check: Some(read_only),
+    },
+    ClientParam {
+        name: "integer_datetimes",
+        default: "on",
+        check: Some(read_only),
+    },
+    ClientParam {
+        name: "max_identifier_length",
+        default: "63",
+        check: Some(read_only),
+    },
+    ClientParam {
+        name: "is_superuser",
+        default: "on",
+        check: Some(read_only),
+    },
+];
+
+/// What weir reports as `server_version`: the PostgreSQL version whose catalog queries and
+/// protocol it answers (clients pick their queries by it).
+pub const SERVER_VERSION: &str = "15.0 (weir)";
+
+pub(super) fn client_param(name: &str) -> Option<&'static ClientParam> {
+    let name = name.to_ascii_lowercase();
+    let name = if name == "time zone" {
+        "timezone".to_string()
+    } else {
+        name
+    };
+    CLIENT_PARAMS.iter().find(|p| p.name == name)
 }

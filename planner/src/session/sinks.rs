@@ -37,12 +37,73 @@ fn valid_job_name(name: &str) -> bool {
 /// Makes a relative `path` option absolute against `base` (when set: a job planned again
 /// resolves paths against the directory it was created in; otherwise paths stay as written
 /// and are relative to the working directory).
-pub(super) fn resolve_path(options: &mut [(String, String)], base: Option<&Path>) {
-    let Some(base) = base else { return };
+pub(super) fn resolve_path(
+    options: &mut [(String, String)],
+    base: Option<&Path>,
+    file_root: Option<&Path>,
+) -> Result<()> {
     for (k, v) in options.iter_mut() {
-        if k.eq_ignore_ascii_case("path") && Path::new(v.as_str()).is_relative() {
-            *v = base.join(v.as_str()).to_string_lossy().into_owned();
+        if !k.eq_ignore_ascii_case("path") {
+            continue;
         }
+        let path = Path::new(v.as_str());
+        let resolved = match base {
+            Some(base) if path.is_relative() => base.join(path),
+            _ => path.to_path_buf(),
+        };
+        if let Some(root) = file_root {
+            check_under_root(&resolved, root, v)?;
+        }
+        *v = resolved.to_string_lossy().into_owned();
+    }
+    Ok(())
+}
+
+/// Refuses a path that leads outside `root`, lexically (`..`) or through symbolic links.
+fn check_under_root(path: &Path, root: &Path, written: &str) -> Result<()> {
+    use std::path::Component;
+    let outside = || {
+        PlanError::PermissionDenied(format!(
+            "path '{written}' is outside the file root '{}'",
+            root.display()
+        ))
+    };
+    let root = root
+        .canonicalize()
+        .map_err(|e| PlanError::io(format!("file root '{}'", root.display()), e))?;
+    // Resolve `.` and `..` without touching the file system first.
+    let mut lexical = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                if !lexical.pop() {
+                    return Err(outside());
+                }
+            }
+            Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    // Then follow links through the longest part that exists (a sink's file may not yet).
+    let mut existing = lexical.as_path();
+    let mut rest = Vec::new();
+    let real = loop {
+        match existing.canonicalize() {
+            Ok(real) => break real,
+            Err(_) => match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_os_string());
+                    existing = parent;
+                }
+                _ => return Err(outside()),
+            },
+        }
+    };
+    let full = rest.iter().rev().fold(real, |p, n| p.join(n));
+    if full.starts_with(&root) {
+        Ok(())
+    } else {
+        Err(outside())
     }
 }
 
@@ -103,7 +164,11 @@ impl Session {
                 "CREATE {what} {name}: the columns come from the query; do not list them"
             ));
         }
-        resolve_path(&mut options, self.config.base_dir.as_deref());
+        resolve_path(
+            &mut options,
+            self.config.base_dir.as_deref(),
+            self.config.file_root.as_deref(),
+        )?;
         let options = Options::new(options);
         if view {
             if let Some((k, _)) = options.iter().next() {

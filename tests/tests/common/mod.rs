@@ -6,6 +6,7 @@
 pub mod pg;
 pub mod process;
 pub mod reference;
+pub mod wire;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;

@@ -1,0 +1,795 @@
+//! The PostgreSQL catalog as clients query it: `pg_catalog` tables (what psql's `\dt` and `\d`
+//! read) and `information_schema` views, filled from weir's catalog and queried with
+//! DataFusion. psql's spellings DataFusion lacks (`OPERATOR(pg_catalog.~)`, `COLLATE
+//! pg_catalog.default`, casts to `regclass`) are rewritten first. Catalogs weir has no
+//! counterpart of (indexes, policies, publications, inheritance) are empty tables; a query over
+//! one of them that DataFusion cannot plan answers no rows, which is what such a query would
+//! return anyway.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    new_empty_array, Array, ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::MemorySchemaProvider;
+use datafusion::common::ScalarValue;
+use datafusion::datasource::MemTable;
+use datafusion::error::Result as DFResult;
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
+};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use weir_planner::Catalog;
+
+use super::handler::WireError;
+
+/// Catalog tables weir has nothing in.
+const EMPTY_TABLES: &[(&str, &[&str])] = &[
+    ("pg_attrdef", &["oid", "adrelid", "adnum", "adbin"]),
+    ("pg_collation", &["oid", "collname", "collnamespace"]),
+    (
+        "pg_policy",
+        &[
+            "oid",
+            "polname",
+            "polrelid",
+            "polcmd",
+            "polpermissive",
+            "polroles",
+            "polqual",
+            "polwithcheck",
+        ],
+    ),
+    (
+        "pg_statistic_ext",
+        &[
+            "oid",
+            "stxrelid",
+            "stxname",
+            "stxnamespace",
+            "stxkind",
+            "stxstattarget",
+        ],
+    ),
+    ("pg_publication", &["oid", "pubname", "puballtables"]),
+    ("pg_publication_namespace", &["oid", "pnpubid", "pnnspid"]),
+    (
+        "pg_publication_rel",
+        &["oid", "prpubid", "prrelid", "prqual", "prattrs"],
+    ),
+    (
+        "pg_inherits",
+        &["inhrelid", "inhparent", "inhseqno", "inhdetachpending"],
+    ),
+    (
+        "pg_index",
+        &[
+            "indexrelid",
+            "indrelid",
+            "indisprimary",
+            "indisunique",
+            "indisclustered",
+            "indisvalid",
+            "indkey",
+        ],
+    ),
+    (
+        "pg_constraint",
+        &[
+            "oid",
+            "conname",
+            "conrelid",
+            "contype",
+            "conindid",
+            "confrelid",
+            "conkey",
+        ],
+    ),
+    (
+        "pg_trigger",
+        &["oid", "tgrelid", "tgname", "tgisinternal", "tgenabled"],
+    ),
+    ("pg_rewrite", &["oid", "rulename", "ev_class"]),
+    (
+        "pg_description",
+        &["objoid", "classoid", "objsubid", "description"],
+    ),
+    (
+        "pg_proc",
+        &["oid", "proname", "pronamespace", "prokind", "prorettype"],
+    ),
+    ("pg_foreign_table", &["ftrelid", "ftserver"]),
+    ("pg_sequence", &["seqrelid"]),
+    ("pg_extension", &["oid", "extname", "extversion"]),
+];
+
+/// The table names that make a statement a catalog query.
+const CATALOG_TABLES: &[&str] = &[
+    "pg_namespace",
+    "pg_class",
+    "pg_attribute",
+    "pg_type",
+    "pg_am",
+    "pg_database",
+    "pg_roles",
+    "pg_user",
+    "pg_settings",
+];
+
+/// Whether a statement reads the PostgreSQL catalog (and weir answers it here).
+pub fn is_catalog_query(sql: &str) -> bool {
+    let dialect = PostgreSqlDialect {};
+    let Ok(tokens) = Tokenizer::new(&dialect, sql).tokenize() else {
+        return false;
+    };
+    tokens.iter().any(|t| match t {
+        Token::Word(w) => {
+            let v = w.value.to_ascii_lowercase();
+            v == "pg_catalog"
+                || v == "information_schema"
+                || CATALOG_TABLES.contains(&v.as_str())
+                || EMPTY_TABLES.iter().any(|(n, _)| *n == v)
+        }
+        _ => false,
+    })
+}
+
+/// psql's catalog SQL in a form DataFusion plans: `pg_catalog.` qualifiers dropped,
+/// `OPERATOR(pg_catalog.~)` as `~`, no `COLLATE`, casts to reg* and oid types dropped.
+fn rewrite(sql: &str) -> String {
+    let dialect = PostgreSqlDialect {};
+    let Ok(tokens) = Tokenizer::new(&dialect, sql).tokenize() else {
+        return sql.to_string();
+    };
+    let is_word = |t: Option<&Token>, w: &str| matches!(t, Some(Token::Word(x)) if x.value.eq_ignore_ascii_case(w));
+    let mut out = String::with_capacity(sql.len());
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = &tokens[i];
+        // pg_catalog . name  ->  name
+        if is_word(Some(t), "pg_catalog") && matches!(tokens.get(i + 1), Some(Token::Period)) {
+            i += 2;
+            continue;
+        }
+        // OPERATOR ( pg_catalog . op )  ->  op
+        if is_word(Some(t), "operator") && matches!(tokens.get(i + 1), Some(Token::LParen)) {
+            if let Some(close) = tokens[i..].iter().position(|t| *t == Token::RParen) {
+                let op = &tokens[i + close - 1];
+                out.push(' ');
+                out.push_str(&op.to_string());
+                out.push(' ');
+                i += close + 1;
+                continue;
+            }
+        }
+        // COLLATE pg_catalog.default / COLLATE "C"
+        if is_word(Some(t), "collate") {
+            let mut j = i + 1;
+            while matches!(tokens.get(j), Some(Token::Whitespace(_))) {
+                j += 1;
+            }
+            if is_word(tokens.get(j), "pg_catalog") {
+                j += 2;
+            }
+            i = j + 1;
+            continue;
+        }
+        // A subquery over a catalog weir has nothing in is empty: replace it by an empty
+        // uncorrelated one (DataFusion cannot plan some of psql's correlated forms).
+        if *t == Token::LParen {
+            if let Some(len) = empty_subquery(&tokens[i..]) {
+                out.push_str("(SELECT NULL WHERE false)");
+                i += len;
+                continue;
+            }
+        }
+        // ::regclass and friends
+        if *t == Token::DoubleColon {
+            let mut j = i + 1;
+            if is_word(tokens.get(j), "pg_catalog") {
+                j += 2;
+            }
+            if let Some(Token::Word(w)) = tokens.get(j) {
+                let ty = w.value.to_ascii_lowercase();
+                match ty.as_str() {
+                    "regclass" | "regtype" | "regnamespace" | "regproc" | "regprocedure"
+                    | "oid" => {
+                        i = j + 1;
+                        continue;
+                    }
+                    "name" | "char" => {
+                        out.push_str("::text");
+                        i = j + 1;
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        match t {
+            Token::SingleQuotedString(s) => {
+                out.push('\'');
+                out.push_str(&s.replace('\'', "''"));
+                out.push('\'');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// When `tokens` start with `( SELECT ...)` whose own FROM list (depth 0 inside it, no
+/// LEFT / FULL JOIN or UNION) names an empty catalog table: the subquery's length in tokens.
+fn empty_subquery(tokens: &[Token]) -> Option<usize> {
+    let mut words = tokens[1..]
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)));
+    match words.next() {
+        Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("select") => {}
+        _ => return None,
+    }
+    let mut depth = 0i32;
+    let mut reads_empty = false;
+    for (i, t) in tokens.iter().enumerate() {
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen => {
+                depth -= 1;
+                if depth == 0 {
+                    return reads_empty.then_some(i + 1);
+                }
+            }
+            Token::Word(w) if depth == 1 => {
+                let v = w.value.to_ascii_lowercase();
+                if matches!(v.as_str(), "left" | "full" | "right" | "union") {
+                    return None;
+                }
+                reads_empty |= EMPTY_TABLES.iter().any(|(n, _)| *n == v);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+const PUBLIC_OID: i64 = 2200;
+const CATALOG_OID: i64 = 11;
+const FIRST_TABLE_OID: i64 = 16384;
+const OWNER_OID: i64 = 10;
+
+/// PostgreSQL type oid, name for format_type, and information_schema's data_type.
+fn pg_type_of(dt: &DataType) -> (i64, &'static str) {
+    use pgwire::api::Type;
+    let ty = super::rows::pg_type(dt);
+    let name = match ty {
+        Type::BOOL => "boolean",
+        Type::INT2 => "smallint",
+        Type::INT4 => "integer",
+        Type::INT8 => "bigint",
+        Type::FLOAT4 => "real",
+        Type::FLOAT8 => "double precision",
+        Type::NUMERIC => "numeric",
+        Type::TIMESTAMP => "timestamp without time zone",
+        Type::TIMESTAMPTZ => "timestamp with time zone",
+        Type::DATE => "date",
+        Type::BYTEA => "bytea",
+        _ => "text",
+    };
+    (i64::from(ty.oid()), name)
+}
+
+/// Types listed in pg_type.
+const TYPES: &[(i64, &str, &str, i64)] = &[
+    (16, "bool", "boolean", 1),
+    (17, "bytea", "bytea", -1),
+    (18, "char", "\"char\"", 1),
+    (19, "name", "name", 64),
+    (20, "int8", "bigint", 8),
+    (21, "int2", "smallint", 2),
+    (23, "int4", "integer", 4),
+    (25, "text", "text", -1),
+    (26, "oid", "oid", 4),
+    (700, "float4", "real", 4),
+    (701, "float8", "double precision", 8),
+    (1043, "varchar", "character varying", -1),
+    (1082, "date", "date", 4),
+    (1114, "timestamp", "timestamp without time zone", 8),
+    (1184, "timestamptz", "timestamp with time zone", 8),
+    (1700, "numeric", "numeric", -1),
+];
+
+fn format_type(oid: i64) -> Option<&'static str> {
+    TYPES.iter().find(|t| t.0 == oid).map(|t| t.2)
+}
+
+fn strings<I: IntoIterator<Item = S>, S: Into<String>>(v: I) -> ArrayRef {
+    Arc::new(StringArray::from(
+        v.into_iter().map(|s| Some(s.into())).collect::<Vec<_>>(),
+    ))
+}
+
+fn ints<I: IntoIterator<Item = i64>>(v: I) -> ArrayRef {
+    Arc::new(Int64Array::from_iter_values(v))
+}
+
+fn bools<I: IntoIterator<Item = bool>>(v: I) -> ArrayRef {
+    Arc::new(BooleanArray::from(v.into_iter().collect::<Vec<_>>()))
+}
+
+/// A table from named columns.
+fn table(columns: Vec<(&str, ArrayRef)>) -> DFResult<RecordBatch> {
+    let schema = Schema::new(
+        columns
+            .iter()
+            .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+            .collect::<Vec<_>>(),
+    );
+    Ok(RecordBatch::try_new(
+        Arc::new(schema),
+        columns.into_iter().map(|(_, a)| a).collect(),
+    )?)
+}
+
+fn register(ctx: &SessionContext, name: &str, batch: RecordBatch) -> DFResult<()> {
+    let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+    ctx.register_table(name, Arc::new(table))?;
+    Ok(())
+}
+
+/// One column per relation, in catalog order.
+struct Relations {
+    names: Vec<String>,
+    kinds: Vec<&'static str>,
+    schemas: Vec<SchemaRef>,
+}
+
+fn relations(catalog: &Catalog) -> Relations {
+    let mut r = Relations {
+        names: Vec::new(),
+        kinds: Vec::new(),
+        schemas: Vec::new(),
+    };
+    for t in catalog.tables() {
+        r.names.push(t.name.clone());
+        // Materialized views are registered by their jobs and have no DDL of their own.
+        r.kinds.push(if t.ddl.is_empty() { "m" } else { "r" });
+        r.schemas.push(Arc::clone(&t.schema));
+    }
+    r
+}
+
+/// One column of a relation, as pg_attribute and information_schema.columns list it.
+struct ColumnRow {
+    table_oid: i64,
+    table: String,
+    name: String,
+    position: i64,
+    type_oid: i64,
+    type_name: &'static str,
+    nullable: bool,
+}
+
+fn catalog_context(catalog: &Catalog) -> DFResult<SessionContext> {
+    let ctx = SessionContext::new();
+    let rel = relations(catalog);
+    let n = rel.names.len();
+    let oids = || (0..n as i64).map(|i| FIRST_TABLE_OID + i);
+
+    register(
+        &ctx,
+        "pg_namespace",
+        table(vec![
+            ("oid", ints([CATALOG_OID, PUBLIC_OID, 13000])),
+            (
+                "nspname",
+                strings(["pg_catalog", "public", "information_schema"]),
+            ),
+            ("nspowner", ints([OWNER_OID; 3])),
+        ])?,
+    )?;
+    register(
+        &ctx,
+        "pg_class",
+        table(vec![
+            ("oid", ints(oids())),
+            ("relname", strings(rel.names.clone())),
+            ("relnamespace", ints(vec![PUBLIC_OID; n])),
+            ("relkind", strings(rel.kinds.clone())),
+            ("relowner", ints(vec![OWNER_OID; n])),
+            ("relam", ints(vec![2; n])),
+            ("relchecks", ints(vec![0; n])),
+            (
+                "relnatts",
+                ints(rel.schemas.iter().map(|s| s.fields().len() as i64)),
+            ),
+            ("relhasindex", bools(vec![false; n])),
+            ("relhasrules", bools(vec![false; n])),
+            ("relhastriggers", bools(vec![false; n])),
+            ("relrowsecurity", bools(vec![false; n])),
+            ("relforcerowsecurity", bools(vec![false; n])),
+            ("relispartition", bools(vec![false; n])),
+            ("reltablespace", ints(vec![0; n])),
+            ("reloftype", ints(vec![0; n])),
+            ("relpersistence", strings(vec!["p"; n])),
+            ("relreplident", strings(vec!["d"; n])),
+            ("reltoastrelid", ints(vec![0; n])),
+            (
+                "relpartbound",
+                Arc::new(StringArray::from(vec![None::<String>; n])),
+            ),
+            ("reltuples", Arc::new(Float64Array::from(vec![-1.0; n]))),
+            ("relpages", ints(vec![0; n])),
+            (
+                "relacl",
+                Arc::new(StringArray::from(vec![None::<String>; n])),
+            ),
+        ])?,
+    )?;
+    let columns: Vec<ColumnRow> = rel
+        .schemas
+        .iter()
+        .enumerate()
+        .flat_map(|(i, schema)| {
+            let table = &rel.names[i];
+            schema.fields().iter().enumerate().map(move |(j, f)| {
+                let (type_oid, type_name) = pg_type_of(f.data_type());
+                ColumnRow {
+                    table_oid: FIRST_TABLE_OID + i as i64,
+                    table: table.clone(),
+                    name: f.name().clone(),
+                    position: j as i64 + 1,
+                    type_oid,
+                    type_name,
+                    nullable: f.is_nullable(),
+                }
+            })
+        })
+        .collect();
+    let m = columns.len();
+    register(
+        &ctx,
+        "pg_attribute",
+        table(vec![
+            ("attrelid", ints(columns.iter().map(|c| c.table_oid))),
+            ("attname", strings(columns.iter().map(|c| c.name.clone()))),
+            ("atttypid", ints(columns.iter().map(|c| c.type_oid))),
+            ("atttypmod", ints(vec![-1; m])),
+            ("attnum", ints(columns.iter().map(|c| c.position))),
+            ("attnotnull", bools(columns.iter().map(|c| !c.nullable))),
+            ("attisdropped", bools(vec![false; m])),
+            ("atthasdef", bools(vec![false; m])),
+            ("attcollation", ints(vec![0; m])),
+            ("attidentity", strings(vec![""; m])),
+            ("attgenerated", strings(vec![""; m])),
+            ("attlen", ints(vec![-1; m])),
+        ])?,
+    )?;
+    register(
+        &ctx,
+        "pg_type",
+        table(vec![
+            ("oid", ints(TYPES.iter().map(|t| t.0))),
+            ("typname", strings(TYPES.iter().map(|t| t.1))),
+            ("typnamespace", ints(vec![CATALOG_OID; TYPES.len()])),
+            ("typlen", ints(TYPES.iter().map(|t| t.3))),
+            ("typtype", strings(vec!["b"; TYPES.len()])),
+            ("typcollation", ints(vec![0; TYPES.len()])),
+            ("typelem", ints(vec![0; TYPES.len()])),
+            ("typbasetype", ints(vec![0; TYPES.len()])),
+            ("typnotnull", bools(vec![false; TYPES.len()])),
+        ])?,
+    )?;
+    register(
+        &ctx,
+        "pg_am",
+        table(vec![
+            ("oid", ints([2])),
+            ("amname", strings(["heap"])),
+            ("amtype", strings(["t"])),
+        ])?,
+    )?;
+    register(
+        &ctx,
+        "pg_database",
+        table(vec![
+            ("oid", ints([16383])),
+            ("datname", strings(["weir"])),
+            ("datdba", ints([OWNER_OID])),
+            ("encoding", ints([6])),
+            ("datcollate", strings(["C"])),
+            ("datctype", strings(["C"])),
+            ("datistemplate", bools([false])),
+            ("datallowconn", bools([true])),
+        ])?,
+    )?;
+    for name in ["pg_roles", "pg_user"] {
+        register(
+            &ctx,
+            name,
+            table(vec![
+                ("oid", ints([OWNER_OID])),
+                ("rolname", strings(["weir"])),
+                ("usename", strings(["weir"])),
+                ("rolsuper", bools([true])),
+                ("rolcanlogin", bools([true])),
+            ])?,
+        )?;
+    }
+    for (name, columns) in EMPTY_TABLES {
+        let schema = Arc::new(Schema::new(
+            columns
+                .iter()
+                .map(|c| Field::new(*c, DataType::Utf8, true))
+                .collect::<Vec<_>>(),
+        ));
+        let arrays = columns
+            .iter()
+            .map(|_| new_empty_array(&DataType::Utf8))
+            .collect();
+        register(&ctx, name, RecordBatch::try_new(schema, arrays)?)?;
+    }
+
+    // information_schema
+    let info = Arc::new(MemorySchemaProvider::new());
+    ctx.catalog("datafusion")
+        .ok_or_else(|| datafusion::error::DataFusionError::Internal("no catalog".into()))?
+        .register_schema("information_schema", info)?;
+    register(
+        &ctx,
+        "information_schema.tables",
+        table(vec![
+            ("table_catalog", strings(vec!["weir"; n])),
+            ("table_schema", strings(vec!["public"; n])),
+            ("table_name", strings(rel.names.clone())),
+            (
+                "table_type",
+                strings(
+                    rel.kinds
+                        .iter()
+                        .map(|k| if *k == "m" { "VIEW" } else { "BASE TABLE" }),
+                ),
+            ),
+        ])?,
+    )?;
+    let k = columns.len();
+    register(
+        &ctx,
+        "information_schema.columns",
+        table(vec![
+            ("table_catalog", strings(vec!["weir"; k])),
+            ("table_schema", strings(vec!["public"; k])),
+            (
+                "table_name",
+                strings(columns.iter().map(|c| c.table.clone())),
+            ),
+            (
+                "column_name",
+                strings(columns.iter().map(|c| c.name.clone())),
+            ),
+            ("ordinal_position", ints(columns.iter().map(|c| c.position))),
+            (
+                "column_default",
+                Arc::new(StringArray::from(vec![None::<String>; k])),
+            ),
+            (
+                "is_nullable",
+                strings(
+                    columns
+                        .iter()
+                        .map(|c| if c.nullable { "YES" } else { "NO" }),
+                ),
+            ),
+            ("data_type", strings(columns.iter().map(|c| c.type_name))),
+        ])?,
+    )?;
+    register(
+        &ctx,
+        "information_schema.schemata",
+        table(vec![
+            ("catalog_name", strings(["weir", "weir", "weir"])),
+            (
+                "schema_name",
+                strings(["public", "pg_catalog", "information_schema"]),
+            ),
+            ("schema_owner", strings(["weir", "weir", "weir"])),
+        ])?,
+    )?;
+
+    for f in PgFunction::all() {
+        ctx.register_udf(ScalarUDF::new_from_impl(f));
+    }
+    Ok(ctx)
+}
+
+/// Answers a catalog query.
+pub fn answer(sql: &str, catalog: &Catalog) -> Result<(SchemaRef, Vec<RecordBatch>), WireError> {
+    let internal = |e: datafusion::error::DataFusionError| WireError::new("XX000", e.to_string());
+    let ctx = catalog_context(catalog).map_err(internal)?;
+    let text = rewrite(sql);
+    let run = async {
+        let df = ctx.sql(&text).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await?;
+        Ok::<_, datafusion::error::DataFusionError>((schema, batches))
+    };
+    let result = match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle.block_on(run),
+        Err(_) => tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| WireError::new("XX000", e.to_string()))?
+            .block_on(run),
+    };
+    match result {
+        Ok(r) => Ok(r),
+        Err(_) if reads_empty_table(sql) => Ok((Arc::new(Schema::empty()), Vec::new())),
+        Err(e) => Err(WireError::new(
+            "0A000",
+            format!(
+                "catalog query not supported by weir: {}",
+                e.strip_backtrace()
+            ),
+        )),
+    }
+}
+
+/// Whether the outer query reads a table weir has no rows in (a name at parenthesis depth 0;
+/// subqueries do not count).
+fn reads_empty_table(sql: &str) -> bool {
+    let dialect = PostgreSqlDialect {};
+    let Ok(tokens) = Tokenizer::new(&dialect, sql).tokenize() else {
+        return false;
+    };
+    let mut depth = 0i32;
+    tokens.iter().any(|t| match t {
+        Token::LParen => {
+            depth += 1;
+            false
+        }
+        Token::RParen => {
+            depth -= 1;
+            false
+        }
+        Token::Word(w) if depth == 0 => {
+            let v = w.value.to_ascii_lowercase();
+            EMPTY_TABLES.iter().any(|(n, _)| *n == v)
+        }
+        _ => false,
+    })
+}
+
+/// The catalog functions psql and drivers call.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgFunction {
+    name: &'static str,
+    signature: Signature,
+    value: Value,
+}
+
+#[derive(Debug, PartialEq, Eq, Hash, Clone, Copy)]
+enum Value {
+    True,
+    False,
+    Null,
+    Text(&'static str),
+    /// format_type(type oid, typmod)
+    FormatType,
+}
+
+impl PgFunction {
+    fn all() -> Vec<PgFunction> {
+        let f = |name, value| PgFunction {
+            name,
+            signature: Signature::one_of(
+                vec![TypeSignature::Nullary, TypeSignature::VariadicAny],
+                Volatility::Stable,
+            ),
+            value,
+        };
+        vec![
+            f("pg_table_is_visible", Value::True),
+            f("pg_type_is_visible", Value::True),
+            f("has_table_privilege", Value::True),
+            f("has_schema_privilege", Value::True),
+            f("has_database_privilege", Value::True),
+            f("pg_relation_is_publishable", Value::False),
+            f("pg_get_userbyid", Value::Text("weir")),
+            f("pg_encoding_to_char", Value::Text("UTF8")),
+            f("current_database", Value::Text("weir")),
+            f("current_schema", Value::Text("public")),
+            f("current_user", Value::Text("weir")),
+            f("session_user", Value::Text("weir")),
+            f("pg_get_expr", Value::Null),
+            f("pg_get_statisticsobjdef_columns", Value::Null),
+            f("obj_description", Value::Null),
+            f("col_description", Value::Null),
+            f("shobj_description", Value::Null),
+            f("pg_get_partkeydef", Value::Null),
+            f("pg_get_indexdef", Value::Null),
+            f("pg_get_constraintdef", Value::Null),
+            f("pg_get_viewdef", Value::Null),
+            f("format_type", Value::FormatType),
+        ]
+    }
+}
+
+impl ScalarUDFImpl for PgFunction {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DFResult<DataType> {
+        Ok(match self.value {
+            Value::True | Value::False => DataType::Boolean,
+            _ => DataType::Utf8,
+        })
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
+        Ok(match self.value {
+            Value::True => ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))),
+            Value::False => ColumnarValue::Scalar(ScalarValue::Boolean(Some(false))),
+            Value::Null => ColumnarValue::Scalar(ScalarValue::Utf8(None)),
+            Value::Text(s) => ColumnarValue::Scalar(ScalarValue::Utf8(Some(s.into()))),
+            Value::FormatType => {
+                let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+                let Some(first) = arrays.first() else {
+                    return Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)));
+                };
+                let oids = cast(first, &DataType::Int64)?;
+                let oids = oids
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .ok_or_else(|| datafusion::error::DataFusionError::Internal("oid".into()))?;
+                let names: StringArray = (0..oids.len())
+                    .map(|i| {
+                        if oids.is_null(i) {
+                            None
+                        } else {
+                            Some(format_type(oids.value(i)).unwrap_or("unknown"))
+                        }
+                    })
+                    .collect();
+                ColumnarValue::Array(Arc::new(names))
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psql_spellings_are_rewritten() {
+        let sql = "SELECT c.oid::pg_catalog.regclass FROM pg_catalog.pg_class c \
+                   WHERE c.relname OPERATOR(pg_catalog.~) '^(bids)$' COLLATE pg_catalog.default";
+        let out = rewrite(sql);
+        assert_eq!(
+            out,
+            "SELECT c.oid FROM pg_class c WHERE c.relname  ~  '^(bids)$' "
+        );
+    }
+
+    #[test]
+    fn catalog_queries_are_recognised() {
+        assert!(is_catalog_query("select * from pg_catalog.pg_class"));
+        assert!(is_catalog_query(
+            "SELECT table_name FROM information_schema.tables"
+        ));
+        assert!(!is_catalog_query(
+            "SELECT * FROM bids WHERE note = 'pg_class'"
+        ));
+        assert!(!is_catalog_query("SELECT * FROM pg_bids"));
+    }
+}
