@@ -38,11 +38,25 @@ fn windowed_queries(path: &Path) -> Vec<Golden> {
     let mut tables = Vec::new();
     let mut out = Vec::new();
     let mut lines = text.lines().peekable();
+    // Records meant for other engines (`onlyif postgres-extended`, `skipif weir`) are not
+    // the in-process golden.
+    let mut other_engine = false;
     while let Some(line) = lines.next() {
         let head = line.trim();
+        if let Some(engine) = head.strip_prefix("onlyif ") {
+            other_engine = engine.trim() != "weir";
+            continue;
+        }
+        if let Some(engine) = head.strip_prefix("skipif ") {
+            other_engine = engine.trim() == "weir";
+            continue;
+        }
         let is_statement = head == "statement ok";
         let is_query = head.starts_with("query ");
         if !is_statement && !is_query {
+            continue;
+        }
+        if std::mem::take(&mut other_engine) {
             continue;
         }
         let mut sql = Vec::new();
