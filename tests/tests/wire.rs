@@ -66,6 +66,25 @@ fn ts(t: NaiveDateTime) -> String {
     t.format("%Y-%m-%d %H:%M:%S").to_string()
 }
 
+/// WINDOWS rows received in binary, typed, as `|`-joined text, sorted.
+fn window_rows(rows: &[postgres::Row]) -> Vec<String> {
+    let mut out: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{}|{}|{}|{}|{}",
+                ts(r.get(0)),
+                ts(r.get(1)),
+                r.get::<_, String>(2),
+                r.get::<_, i64>(3),
+                r.get::<_, i64>(4)
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 fn code(e: &postgres::Error) -> String {
     e.code()
         .map(|c| c.code().to_string())
@@ -85,21 +104,7 @@ fn window_query_over_simple_and_extended_protocols_matches_datafusion() {
     let rows = client.query(WINDOWS, &[]).unwrap();
     let cols: Vec<&str> = rows[0].columns().iter().map(|c| c.type_().name()).collect();
     assert_eq!(cols, ["timestamp", "timestamp", "text", "int8", "int8"]);
-    let mut got: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            format!(
-                "{}|{}|{}|{}|{}",
-                ts(r.get(0)),
-                ts(r.get(1)),
-                r.get::<_, String>(2),
-                r.get::<_, i64>(3),
-                r.get::<_, i64>(4)
-            )
-        })
-        .collect();
-    got.sort();
-    assert_eq!(got, expected);
+    assert_eq!(window_rows(&rows), expected);
 
     // A parameter, bound as text and as a typed value.
     let sql = format!("SELECT * FROM ({WINDOWS}) WHERE k = $1");
@@ -515,28 +520,11 @@ fn a_hundred_concurrent_connections() {
             let url = url.clone();
             std::thread::spawn(move || {
                 let mut c = Client::connect(&url, NoTls).expect("connect");
-                let rows = if i % 2 == 0 {
+                if i % 2 == 0 {
                     joined(simple_rows(&mut c, WINDOWS))
                 } else {
-                    let mut v: Vec<String> = c
-                        .query(WINDOWS, &[])
-                        .unwrap()
-                        .iter()
-                        .map(|r| {
-                            format!(
-                                "{}|{}|{}|{}|{}",
-                                ts(r.get(0)),
-                                ts(r.get(1)),
-                                r.get::<_, String>(2),
-                                r.get::<_, i64>(3),
-                                r.get::<_, i64>(4)
-                            )
-                        })
-                        .collect();
-                    v.sort();
-                    v
-                };
-                rows
+                    window_rows(&c.query(WINDOWS, &[]).unwrap())
+                }
             })
         })
         .collect();

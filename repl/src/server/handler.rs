@@ -247,9 +247,7 @@ impl WireQueries {
 
     /// Runs one statement off the async threads (planning and job start block).
     async fn run(&self, conn: Arc<ConnState>, stmt: StatementText) -> Result<Outcome, WireError> {
-        tokio::task::spawn_blocking(move || execute(&conn, &stmt))
-            .await
-            .unwrap_or_else(|e| Err(WireError::new("XX000", format!("internal error: {e}"))))
+        blocking(move || execute(&conn, &stmt)).await
     }
 
     /// The response for an outcome, rows encoded in `format`.
@@ -416,19 +414,27 @@ fn describe(conn: &ConnState, stmt: &StatementText) -> Result<Option<SchemaRef>,
     Ok(shared.with_session(conn, |s| s.describe_statement(stmt))?)
 }
 
-/// The types of a portal's parameters: as declared by the client, else TEXT.
-fn param_types(portal: &Portal<WireStatement>) -> Vec<Type> {
-    (0..portal.statement.statement.params)
-        .map(|i| {
-            portal
-                .statement
-                .parameter_types
-                .get(i)
-                .cloned()
-                .flatten()
-                .unwrap_or(Type::TEXT)
-        })
+/// Parameter types as the client declared them, TEXT where it did not.
+fn declared_types(declared: &[Option<Type>], count: usize) -> Vec<Type> {
+    (0..count)
+        .map(|i| declared.get(i).cloned().flatten().unwrap_or(Type::TEXT))
         .collect()
+}
+
+fn param_types(portal: &Portal<WireStatement>) -> Vec<Type> {
+    declared_types(
+        &portal.statement.parameter_types,
+        portal.statement.statement.params,
+    )
+}
+
+/// Runs blocking work (planning, starting jobs) off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, WireError> + Send + 'static,
+) -> Result<T, WireError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(WireError::new("XX000", format!("internal error: {e}"))))
 }
 
 fn statement_text(sql: &str) -> StatementText {
@@ -501,9 +507,7 @@ impl QueryParser for WireParser {
         // Placeholders are planned as NULLs to learn the columns.
         let nulls = vec!["NULL".to_string(); params];
         let stmt = statement_text(&params::substitute(sql, &nulls));
-        let described = tokio::task::spawn_blocking(move || describe(&conn, &stmt))
-            .await
-            .map_err(|e| WireError::new("XX000", format!("internal error: {e}")))?;
+        let described = blocking(move || describe(&conn, &stmt)).await;
         // With parameters, NULLs may not plan (`$1 + 1, $2` names two columns alike): the
         // portal is described again once its values are bound.
         let schema = match described {
@@ -558,16 +562,7 @@ impl ExtendedQueryHandler for WireQueries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stmt = &target.statement;
-        let types = (0..stmt.params)
-            .map(|i| {
-                target
-                    .parameter_types
-                    .get(i)
-                    .cloned()
-                    .flatten()
-                    .unwrap_or(Type::TEXT)
-            })
-            .collect();
+        let types = declared_types(&target.parameter_types, stmt.params);
         let fields = self.query_parser().get_result_schema(stmt, None)?;
         Ok(DescribeStatementResponse::new(types, fields))
     }
@@ -590,9 +585,7 @@ impl ExtendedQueryHandler for WireQueries {
             let values = params::literals(portal, &types)?;
             let text = statement_text(&params::substitute(&stmt.sql, &values));
             let conn = self.conn(client);
-            let schema = tokio::task::spawn_blocking(move || describe(&conn, &text))
-                .await
-                .map_err(|e| WireError::new("XX000", format!("internal error: {e}")))??;
+            let schema = blocking(move || describe(&conn, &text)).await?;
             schema
                 .map(|s| rows::fields(&s, &portal.result_column_format))
                 .unwrap_or_default()
