@@ -210,6 +210,27 @@ impl CancelHandler for WireCancel {
     }
 }
 
+/// A connection's state, made at its first statement and registered for CancelRequests.
+fn conn_state<C: ClientInfo>(shared: &Arc<Shared>, client: &C) -> Arc<ConnState> {
+    client.session_extensions().get_or_insert_with(|| {
+        let (pid, secret) = client.pid_and_secret_key();
+        let slot = Arc::new(QuerySlot::default());
+        lock(&shared.connections).insert(
+            pid,
+            Registered {
+                secret: secret.to_bytes().to_vec(),
+                slot: Arc::clone(&slot),
+            },
+        );
+        ConnState {
+            shared: Arc::clone(shared),
+            pid,
+            config: Mutex::new(shared.base.clone()),
+            slot,
+        }
+    })
+}
+
 /// What one statement produced.
 enum Outcome {
     Command(String),
@@ -223,26 +244,8 @@ pub struct WireQueries {
 }
 
 impl WireQueries {
-    /// This connection's state, made at its first statement.
     fn conn<C: ClientInfo>(&self, client: &C) -> Arc<ConnState> {
-        let shared = &self.shared;
-        client.session_extensions().get_or_insert_with(|| {
-            let (pid, secret) = client.pid_and_secret_key();
-            let slot = Arc::new(QuerySlot::default());
-            lock(&shared.connections).insert(
-                pid,
-                Registered {
-                    secret: secret.to_bytes().to_vec(),
-                    slot: Arc::clone(&slot),
-                },
-            );
-            ConnState {
-                shared: Arc::clone(shared),
-                pid,
-                config: Mutex::new(shared.base.clone()),
-                slot,
-            }
-        })
+        conn_state(&self.shared, client)
     }
 
     /// Runs one statement off the async threads (planning and job start block).
@@ -499,10 +502,7 @@ impl QueryParser for WireParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let queries = WireQueries {
-            shared: Arc::clone(&self.shared),
-        };
-        let conn = queries.conn(client);
+        let conn = conn_state(&self.shared, client);
         let params = params::count(sql);
         // Placeholders are planned as NULLs to learn the columns.
         let nulls = vec!["NULL".to_string(); params];
