@@ -6,6 +6,7 @@ pub mod emit_order;
 pub mod limit;
 pub mod sort;
 pub mod window_aggregate;
+pub mod window_join;
 mod window_state;
 
 pub use calc::CalcOperator;
@@ -15,3 +16,4 @@ pub use sort::SortSpec;
 pub use window_aggregate::{
     GroupColumn, WindowAggregateOperator, WindowAggregateSpec, WindowColumn,
 };
+pub use window_join::{JoinKind, JoinSide, WindowJoinSpec};

@@ -77,7 +77,7 @@ impl WindowStore {
                 let store = me.handle.store()?;
                 let mut from = lo.clone();
                 while let Some(key) = store.first_key(&from, &hi)? {
-                    let end = decode_end(&key[1..])?;
+                    let end = decode_end(&key[me.handle.prefix_len()..])?;
                     me.stored.insert(end);
                     if end == EventTime::MAX {
                         break;
@@ -90,7 +90,7 @@ impl WindowStore {
                 let store = me.handle.store()?;
                 for old in sources {
                     for (key, value) in old.scan(&lo, &hi)? {
-                        let end = decode_end(&key[1..])?;
+                        let end = decode_end(&key[me.handle.prefix_len()..])?;
                         let part = decode_batch(&value)?;
                         let route_columns: Vec<ArrayRef> = match route {
                             PartRoute::Keys(n) => part.columns()[..n].to_vec(),

@@ -143,18 +143,38 @@ impl Drop for TaskState {
 #[derive(Clone)]
 pub struct StateHandle {
     task: Arc<TaskState>,
-    prefix: u8,
+    /// The operator's position in the chain, then any sub-tags (e.g. the side of a join).
+    prefix: Vec<u8>,
 }
 
 impl std::fmt::Debug for StateHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StateHandle(prefix {})", self.prefix)
+        write!(f, "StateHandle(prefix {:?})", self.prefix)
     }
 }
 
 impl StateHandle {
     pub fn new(task: Arc<TaskState>, prefix: u8) -> Self {
-        Self { task, prefix }
+        Self {
+            task,
+            prefix: vec![prefix],
+        }
+    }
+
+    /// A handle on a part of this operator's key range (`prefix | tag`), for operators that
+    /// keep several independent stores (the two sides of a join).
+    pub fn sub(&self, tag: u8) -> Self {
+        let mut prefix = self.prefix.clone();
+        prefix.push(tag);
+        Self {
+            task: Arc::clone(&self.task),
+            prefix,
+        }
+    }
+
+    /// Length of the prefix every key of this handle starts with.
+    pub fn prefix_len(&self) -> usize {
+        self.prefix.len()
     }
 
     /// A handle on a fresh in-memory store, for unit tests.
@@ -175,15 +195,20 @@ impl StateHandle {
 
     /// `prefix | suffix`: a key of this operator.
     pub fn key(&self, suffix: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(1 + suffix.len());
-        k.push(self.prefix);
+        let mut k = Vec::with_capacity(self.prefix.len() + suffix.len());
+        k.extend_from_slice(&self.prefix);
         k.extend_from_slice(suffix);
         k
     }
 
     /// The key range holding all of this operator's entries.
     pub fn all(&self) -> (Vec<u8>, Vec<u8>) {
-        (vec![self.prefix], vec![self.prefix + 1])
+        // Prefixes are chain positions and small tags: the last byte never overflows.
+        let mut hi = self.prefix.clone();
+        if let Some(last) = hi.last_mut() {
+            *last = last.saturating_add(1);
+        }
+        (self.prefix.clone(), hi)
     }
 
     /// Bytes the operator may keep in memory before it spills to the store.

@@ -1,0 +1,306 @@
+//! The Nexmark queries of `examples/nexmark/`, run by the real `weir -f` binary on a bounded
+//! event count, checked against DataFusion batch SQL over the same events.
+//!
+//! The reference side generates the events itself with the `nexmark` crate (the generator
+//! weir's source wraps, same configuration) and computes windows by integer arithmetic on the
+//! timestamps, joins and maxima with plain batch SQL: nothing of weir's planner, window
+//! functions or operators is involved. Nexmark event times rise with the event number, so no
+//! row is late and the streaming result must equal the batch result as a multiset.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray, TimestampNanosecondArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::datasource::MemTable;
+use datafusion::prelude::SessionContext;
+use nexmark::config::NexmarkConfig;
+use nexmark::event::{Event, EventType};
+use nexmark::EventGenerator;
+use weir_planner::display::{batch_rows, csv_line};
+
+/// Events per run: about 30 s of event time at the default 10,000 events/s, so three
+/// 10-second windows and a dozen 2-second hops, with every kind of row.
+const EVENTS: u64 = 300_000;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// The events of one stream with global index below `events`, as weir's source reads them.
+fn generate(kind: EventType, events: u64) -> Vec<Event> {
+    let config = NexmarkConfig {
+        base_time: 1_436_918_400_000,
+        first_rate: 10_000,
+        next_rate: 10_000,
+        ..NexmarkConfig::default()
+    };
+    let mut generator = EventGenerator::new(config).with_type_filter(kind);
+    let mut out = Vec::new();
+    while generator.global_offset() < events {
+        match generator.next() {
+            Some(e) => out.push(e),
+            None => break,
+        }
+    }
+    out
+}
+
+fn ts() -> DataType {
+    DataType::Timestamp(TimeUnit::Nanosecond, None)
+}
+
+fn nanos(ms: u64) -> i64 {
+    ms as i64 * 1_000_000
+}
+
+/// `bid`, `person` and `auction` tables (the columns the queries read) in a DataFusion context.
+fn reference_context(events: u64) -> SessionContext {
+    let ctx = SessionContext::new();
+    let table = |fields: Vec<Field>, columns: Vec<ArrayRef>| {
+        let schema = Arc::new(Schema::new(fields));
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns).unwrap();
+        Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap())
+    };
+    let bids: Vec<_> = generate(EventType::Bid, events)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Bid(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let bid = table(
+        vec![
+            Field::new("auction", DataType::Int64, false),
+            Field::new("bidder", DataType::Int64, false),
+            Field::new("price", DataType::Int64, false),
+            Field::new("date_time", ts(), false),
+            Field::new("extra", DataType::Utf8, false),
+        ],
+        vec![
+            Arc::new(Int64Array::from_iter_values(
+                bids.iter().map(|b| b.auction as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                bids.iter().map(|b| b.bidder as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                bids.iter().map(|b| b.price as i64),
+            )),
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                bids.iter().map(|b| nanos(b.date_time)),
+            )),
+            Arc::new(StringArray::from_iter_values(bids.iter().map(|b| &b.extra))),
+        ],
+    );
+    let people: Vec<_> = generate(EventType::Person, events)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Person(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    let person = table(
+        vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, false),
+            Field::new("date_time", ts(), false),
+        ],
+        vec![
+            Arc::new(Int64Array::from_iter_values(
+                people.iter().map(|p| p.id as i64),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                people.iter().map(|p| &p.name),
+            )),
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                people.iter().map(|p| nanos(p.date_time)),
+            )),
+        ],
+    );
+    let auctions: Vec<_> = generate(EventType::Auction, events)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Auction(a) => Some(a),
+            _ => None,
+        })
+        .collect();
+    let auction = table(
+        vec![
+            Field::new("seller", DataType::Int64, false),
+            Field::new("date_time", ts(), false),
+        ],
+        vec![
+            Arc::new(Int64Array::from_iter_values(
+                auctions.iter().map(|a| a.seller as i64),
+            )),
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                auctions.iter().map(|a| nanos(a.date_time)),
+            )),
+        ],
+    );
+    ctx.register_table("bid", bid).unwrap();
+    ctx.register_table("person", person).unwrap();
+    ctx.register_table("auction", auction).unwrap();
+    ctx
+}
+
+/// The reference result as weir's CSV lines, sorted.
+fn reference(ctx: &SessionContext, sql: &str) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let batches = rt
+        .block_on(async { ctx.sql(sql).await?.collect().await })
+        .unwrap_or_else(|e| panic!("reference query failed: {e}\n{sql}"));
+    let mut lines: Vec<String> = batches
+        .iter()
+        .flat_map(|b| batch_rows(b).unwrap())
+        .map(|r| csv_line(&r, ','))
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Runs `examples/nexmark/<query>.sql` with `events` events through `weir -f` at
+/// `parallelism`; returns the header and the sorted rows.
+fn run_weir(query: &str, events: u64, parallelism: usize) -> (String, Vec<String>) {
+    let path = workspace().join(format!("examples/nexmark/{query}.sql"));
+    let script = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        script.contains("events = '1000000'"),
+        "{query}: events option"
+    );
+    let script = script.replace("events = '1000000'", &format!("events = '{events}'"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(format!("{query}.sql"));
+    std::fs::write(&file, script).unwrap();
+    let out = Command::new(common::process::weir_binary())
+        .args(["-f", file.to_str().unwrap(), "--format", "csv"])
+        .args(["--parallelism", &parallelism.to_string()])
+        .output()
+        .expect("run weir");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{query}: {stderr}");
+    assert!(!stderr.contains("late rows"), "{query}: {stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let mut lines = stdout.lines();
+    let header = lines.next().unwrap_or_default().to_string();
+    let mut rows: Vec<String> = lines.map(str::to_string).collect();
+    rows.sort();
+    (header, rows)
+}
+
+fn check(query: &str, header: &str, reference_sql: &str, min_rows: usize) {
+    let ctx = reference_context(EVENTS);
+    let expected = reference(&ctx, reference_sql);
+    assert!(
+        expected.len() >= min_rows,
+        "{query}: reference has only {} rows",
+        expected.len()
+    );
+    for parallelism in [1, 2] {
+        let (got_header, got) = run_weir(query, EVENTS, parallelism);
+        assert_eq!(got_header, header, "{query}");
+        if got != expected {
+            let missing: Vec<_> = expected
+                .iter()
+                .filter(|r| !got.contains(r))
+                .take(5)
+                .collect();
+            let extra: Vec<_> = got
+                .iter()
+                .filter(|r| !expected.contains(r))
+                .take(5)
+                .collect();
+            panic!(
+                "{query} at parallelism {parallelism}: {} rows, reference {}; missing {missing:?}, extra {extra:?}",
+                got.len(),
+                expected.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn q0_pass_through() {
+    check(
+        "q0",
+        "auction,bidder,price,date_time,extra",
+        "SELECT auction, bidder, price, date_time, extra FROM bid",
+        (EVENTS as usize) * 9 / 10,
+    );
+}
+
+#[test]
+fn q1_currency_conversion() {
+    check(
+        "q1",
+        "auction,bidder,price,date_time,extra",
+        "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid",
+        (EVENTS as usize) * 9 / 10,
+    );
+}
+
+#[test]
+fn q2_selection() {
+    check(
+        "q2",
+        "auction,price",
+        "SELECT auction, price FROM bid WHERE auction % 123 = 0",
+        10,
+    );
+}
+
+/// HOP 2 s / 10 s: each bid counts in the five windows starting at its 2-second slot and the
+/// four slots before it.
+#[test]
+fn q5_hot_items() {
+    check(
+        "q5",
+        "auction,num",
+        "WITH hopped AS (
+            SELECT b.auction, CAST(b.date_time AS BIGINT) / 2000000000 - k.k AS slot
+            FROM bid b CROSS JOIN (VALUES (0), (1), (2), (3), (4)) AS k(k)
+         ), counts AS (
+            SELECT auction, slot, count(*) AS num FROM hopped GROUP BY auction, slot
+         ), maxima AS (
+            SELECT slot, max(num) AS maxn FROM counts GROUP BY slot
+         )
+         SELECT c.auction, c.num FROM counts c JOIN maxima m ON c.slot = m.slot AND c.num >= m.maxn",
+        10,
+    );
+}
+
+#[test]
+fn q7_highest_bid() {
+    check(
+        "q7",
+        "auction,price,bidder,date_time,extra",
+        "WITH w AS (SELECT *, CAST(date_time AS BIGINT) / 10000000000 AS win FROM bid),
+              m AS (SELECT win, max(price) AS maxprice FROM w GROUP BY win)
+         SELECT w.auction, w.price, w.bidder, w.date_time, w.extra
+         FROM w JOIN m ON w.win = m.win AND w.price = m.maxprice",
+        3,
+    );
+}
+
+#[test]
+fn q8_new_users() {
+    check(
+        "q8",
+        "id,name,starttime",
+        "WITH p AS (SELECT DISTINCT id, name, CAST(date_time AS BIGINT) / 10000000000 AS win FROM person),
+              a AS (SELECT DISTINCT seller, CAST(date_time AS BIGINT) / 10000000000 AS win FROM auction)
+         SELECT p.id, p.name, to_timestamp_nanos(p.win * 10000000000) AS starttime
+         FROM p JOIN a ON p.id = a.seller AND p.win = a.win",
+        10,
+    );
+}
