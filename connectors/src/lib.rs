@@ -22,7 +22,7 @@ pub use options::Options;
 /// The connectors a table can name.
 pub const SOURCE_CONNECTORS: &[&str] = &["file", "nexmark"];
 /// The connectors a sink can name.
-pub const SINK_CONNECTORS: &[&str] = &["file", "postgres"];
+pub const SINK_CONNECTORS: &[&str] = &["file", "postgres", "blackhole"];
 
 /// Builds a sink from its WITH options; `job` names the job (part files carry it).
 pub fn create_sink(
@@ -48,6 +48,10 @@ pub fn create_sink(
             schema,
             &mut options,
             exactly_once,
+        )?)),
+        "blackhole" => Ok(Arc::new(sinks::BlackholeSinkFactory::from_options(
+            sink,
+            &mut options,
         )?)),
         other => Err(ConnectorError::UnknownConnector {
             name: other.to_string(),

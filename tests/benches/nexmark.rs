@@ -1,0 +1,382 @@
+//! Nexmark q0, q1, q2, q5, q7 and q8 (`examples/nexmark/*.sql`, as a user runs them) into a
+//! blackhole sink, in one run (`cargo bench -p weir-tests --bench nexmark`):
+//!
+//! - each query over `WEIR_BENCH_EVENTS` generated events (default 10,000,000; events count
+//!   persons, auctions and bids together, as Flink's `nexmark.events.num`), exactly-once with
+//!   1 s checkpoints and at-least-once with 1 s checkpoints, at parallelism
+//!   `WEIR_BENCH_PARALLELISM` (default 2);
+//! - every run in its own process, so its figures are its own: events/s (wall clock),
+//!   events per CPU-second ("per core": CPU time of every thread of the job, so a job that
+//!   keeps two cores busy counts twice), cores used, peak RSS;
+//! - for the windowed queries (q5, q7, q8) the same computation by DataFusion batch SQL over
+//!   the same events held in memory (generation not timed for DataFusion, timed for weir,
+//!   whose source generates them) and the ratio of weir's events/s to DataFusion's;
+//! - medians of `WEIR_BENCH_RUNS` runs (default 3). `WEIR_BENCH_QUERIES=q5,q7` picks queries.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray, TimestampNanosecondArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::datasource::MemTable;
+use datafusion::prelude::SessionContext;
+use nexmark::config::NexmarkConfig;
+use nexmark::event::{Event, EventType};
+use nexmark::EventGenerator;
+use util::{env_usize, median, run};
+use weir_planner::sql::split_statements;
+use weir_planner::{Session, SessionConfig};
+
+const QUERIES: &[&str] = &["q0", "q1", "q2", "q5", "q7", "q8"];
+
+/// DataFusion batch SQL computing what each windowed query computes (windows by arithmetic).
+fn batch_sql(query: &str) -> Option<&'static str> {
+    match query {
+        "q5" => Some(
+            "WITH hopped AS (
+               SELECT b.auction, CAST(b.date_time AS BIGINT) / 2000000000 - k.k AS slot
+               FROM bid b CROSS JOIN (VALUES (0), (1), (2), (3), (4)) AS k(k)
+             ), counts AS (
+               SELECT auction, slot, count(*) AS num FROM hopped GROUP BY auction, slot
+             ), maxima AS (SELECT slot, max(num) AS maxn FROM counts GROUP BY slot)
+             SELECT c.auction, c.num FROM counts c JOIN maxima m
+               ON c.slot = m.slot AND c.num >= m.maxn",
+        ),
+        "q7" => Some(
+            "WITH w AS (SELECT *, CAST(date_time AS BIGINT) / 10000000000 AS win FROM bid),
+                  m AS (SELECT win, max(price) AS maxprice FROM w GROUP BY win)
+             SELECT w.auction, w.price, w.bidder, w.date_time, w.extra
+             FROM w JOIN m ON w.win = m.win AND w.price = m.maxprice",
+        ),
+        "q8" => Some(
+            "WITH p AS (SELECT DISTINCT id, name, CAST(date_time AS BIGINT) / 10000000000 AS win
+                        FROM person),
+                  a AS (SELECT DISTINCT seller, CAST(date_time AS BIGINT) / 10000000000 AS win
+                        FROM auction)
+             SELECT p.id, p.name, p.win FROM p JOIN a ON p.id = a.seller AND p.win = a.win",
+        ),
+        _ => None,
+    }
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// CPU seconds (user + system) of this process, from /proc (clock ticks of 1/100 s).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Peak resident set of this process in MB (VmHWM).
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// One run of one query in this process; prints `RESULT wall cpu rss rows_out`.
+fn child(query: &str, delivery: &str, events: usize, parallelism: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism,
+        data_dir: Some(dir.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    let script = std::fs::read_to_string(workspace().join(format!("examples/nexmark/{query}.sql")))
+        .unwrap()
+        .replace("events = '1000000'", &format!("events = '{events}'"));
+    let (statements, _) = split_statements(&script);
+    let (select, tables) = statements.split_last().unwrap();
+    for t in tables {
+        run(&mut s, &t.text);
+    }
+    run(&mut s, "SET checkpoint_interval = '1s'");
+    run(&mut s, &format!("SET delivery = '{delivery}'"));
+    let cpu0 = cpu_seconds();
+    let started = Instant::now();
+    run(
+        &mut s,
+        &format!(
+            "CREATE SINK {query} WITH (connector = 'blackhole') AS {}",
+            select.text
+        ),
+    );
+    let jobs = s
+        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
+        .unwrap();
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    assert!(jobs.iter().all(|j| j.2.is_none()), "{jobs:?}");
+    let m = s.job_metrics(query).unwrap();
+    println!(
+        "RESULT {wall} {cpu} {} {} {}",
+        peak_rss_mb(),
+        m.rows_out,
+        m.late_rows
+    );
+}
+
+struct Figures {
+    events_per_sec: f64,
+    per_core: f64,
+    cores: f64,
+    rss_mb: f64,
+    rows_out: u64,
+}
+
+fn measure(query: &str, delivery: &str, events: usize, parallelism: usize) -> Figures {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .env(
+            "WEIR_BENCH_CHILD",
+            format!("{query},{delivery},{events},{parallelism}"),
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| {
+            panic!(
+                "{query} {delivery}: no result\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let v: Vec<f64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+    let (wall, cpu) = (v[0], v[1].max(0.01));
+    assert_eq!(v[4], 0.0, "{query}: late rows");
+    Figures {
+        events_per_sec: events as f64 / wall,
+        per_core: events as f64 / cpu,
+        cores: cpu / wall,
+        rss_mb: v[2],
+        rows_out: v[3] as u64,
+    }
+}
+
+fn generate<T>(kind: EventType, events: usize, pick: impl Fn(Event) -> Option<T>) -> Vec<T> {
+    let config = NexmarkConfig {
+        base_time: 1_436_918_400_000,
+        first_rate: 10_000,
+        next_rate: 10_000,
+        ..NexmarkConfig::default()
+    };
+    let mut g = EventGenerator::new(config).with_type_filter(kind);
+    let mut out = Vec::new();
+    while g.global_offset() < events as u64 {
+        match g.next().and_then(&pick) {
+            Some(e) => out.push(e),
+            None => break,
+        }
+    }
+    out
+}
+
+/// DataFusion over the same events, in memory; returns (seconds, rows) of the fastest of
+/// `runs` (medians are taken by the caller over its own repetitions).
+fn datafusion_context(events: usize) -> SessionContext {
+    let ctx = SessionContext::new();
+    let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
+    let ns = |ms: u64| ms as i64 * 1_000_000;
+    let table = |fields: Vec<Field>, columns: Vec<ArrayRef>| {
+        let schema = Arc::new(Schema::new(fields));
+        let rows = columns[0].len();
+        // Batches of 8,192 rows, as weir's source makes them.
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns).unwrap();
+        let parts: Vec<RecordBatch> = (0..rows)
+            .step_by(8192)
+            .map(|o| batch.slice(o, 8192.min(rows - o)))
+            .collect();
+        Arc::new(MemTable::try_new(schema, vec![parts]).unwrap())
+    };
+    let bids = generate(EventType::Bid, events, |e| match e {
+        Event::Bid(b) => Some(b),
+        _ => None,
+    });
+    ctx.register_table(
+        "bid",
+        table(
+            vec![
+                Field::new("auction", DataType::Int64, false),
+                Field::new("bidder", DataType::Int64, false),
+                Field::new("price", DataType::Int64, false),
+                Field::new("date_time", ts(), false),
+                Field::new("extra", DataType::Utf8, false),
+            ],
+            vec![
+                Arc::new(Int64Array::from_iter_values(
+                    bids.iter().map(|b| b.auction as i64),
+                )),
+                Arc::new(Int64Array::from_iter_values(
+                    bids.iter().map(|b| b.bidder as i64),
+                )),
+                Arc::new(Int64Array::from_iter_values(
+                    bids.iter().map(|b| b.price as i64),
+                )),
+                Arc::new(TimestampNanosecondArray::from_iter_values(
+                    bids.iter().map(|b| ns(b.date_time)),
+                )),
+                Arc::new(StringArray::from_iter_values(bids.iter().map(|b| &b.extra))),
+            ],
+        ),
+    )
+    .unwrap();
+    drop(bids);
+    let people = generate(EventType::Person, events, |e| match e {
+        Event::Person(p) => Some(p),
+        _ => None,
+    });
+    ctx.register_table(
+        "person",
+        table(
+            vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("name", DataType::Utf8, false),
+                Field::new("date_time", ts(), false),
+            ],
+            vec![
+                Arc::new(Int64Array::from_iter_values(
+                    people.iter().map(|p| p.id as i64),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    people.iter().map(|p| &p.name),
+                )),
+                Arc::new(TimestampNanosecondArray::from_iter_values(
+                    people.iter().map(|p| ns(p.date_time)),
+                )),
+            ],
+        ),
+    )
+    .unwrap();
+    let auctions = generate(EventType::Auction, events, |e| match e {
+        Event::Auction(a) => Some(a),
+        _ => None,
+    });
+    ctx.register_table(
+        "auction",
+        table(
+            vec![
+                Field::new("seller", DataType::Int64, false),
+                Field::new("date_time", ts(), false),
+            ],
+            vec![
+                Arc::new(Int64Array::from_iter_values(
+                    auctions.iter().map(|a| a.seller as i64),
+                )),
+                Arc::new(TimestampNanosecondArray::from_iter_values(
+                    auctions.iter().map(|a| ns(a.date_time)),
+                )),
+            ],
+        ),
+    )
+    .unwrap();
+    ctx
+}
+
+fn datafusion_run(rt: &tokio::runtime::Runtime, ctx: &SessionContext, sql: &str) -> (f64, usize) {
+    let started = Instant::now();
+    let batches = rt
+        .block_on(async { ctx.sql(sql).await?.collect().await })
+        .unwrap();
+    (
+        started.elapsed().as_secs_f64(),
+        batches.iter().map(|b| b.num_rows()).sum(),
+    )
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var("WEIR_BENCH_CHILD") {
+        let p: Vec<&str> = spec.split(',').collect();
+        child(p[0], p[1], p[2].parse().unwrap(), p[3].parse().unwrap());
+        return;
+    }
+    // `cargo bench` passes --bench; nothing else is taken from the command line.
+    let events = env_usize("WEIR_BENCH_EVENTS", 10_000_000);
+    let runs = env_usize("WEIR_BENCH_RUNS", 3).max(1);
+    let parallelism = env_usize("WEIR_BENCH_PARALLELISM", 2).max(1);
+    let picked = std::env::var("WEIR_BENCH_QUERIES").unwrap_or_default();
+    let queries: Vec<&str> = QUERIES
+        .iter()
+        .copied()
+        .filter(|q| picked.is_empty() || picked.split(',').any(|p| p.trim() == *q))
+        .collect();
+    println!(
+        "Nexmark, {events} events, parallelism {parallelism}, blackhole sink, medians of {runs} runs"
+    );
+    println!(
+        "(per core = events per CPU-second of the whole process; cores = CPU time / wall time)"
+    );
+    let needs_df = queries.iter().any(|q| batch_sql(q).is_some());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let ctx = needs_df.then(|| datafusion_context(events));
+    println!(
+        "{:<4} {:<14} {:>12} {:>12} {:>6} {:>9} {:>10} {:>12} {:>9}",
+        "q",
+        "delivery",
+        "events/s",
+        "per core",
+        "cores",
+        "peak MB",
+        "rows out",
+        "DF events/s",
+        "vs DF"
+    );
+    for q in queries {
+        let df = match (batch_sql(q), &ctx) {
+            (Some(sql), Some(ctx)) => {
+                let times: Vec<f64> = (0..runs).map(|_| datafusion_run(&rt, ctx, sql).0).collect();
+                Some(events as f64 / median(times))
+            }
+            _ => None,
+        };
+        for delivery in ["exactly_once", "at_least_once"] {
+            let figures: Vec<Figures> = (0..runs)
+                .map(|_| measure(q, delivery, events, parallelism))
+                .collect();
+            let pick = |f: fn(&Figures) -> f64| median(figures.iter().map(f).collect());
+            let eps = pick(|f| f.events_per_sec);
+            let (df_text, ratio) = match df {
+                Some(d) => (format!("{d:.0}"), format!("{:.2}x", eps / d)),
+                None => ("-".into(), "-".into()),
+            };
+            println!(
+                "{:<4} {:<14} {:>12.0} {:>12.0} {:>6.2} {:>9.0} {:>10} {:>12} {:>9}",
+                q,
+                if delivery == "exactly_once" {
+                    "EO 1s ckpt"
+                } else {
+                    "ALO 1s ckpt"
+                },
+                eps,
+                pick(|f| f.per_core),
+                pick(|f| f.cores),
+                pick(|f| f.rss_mb),
+                figures[0].rows_out,
+                df_text,
+                ratio
+            );
+        }
+    }
+}
