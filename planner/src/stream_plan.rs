@@ -13,6 +13,7 @@
 //! the job runs at parallelism 1, where it is chained too. Window columns are traced through
 //! projections so the aggregation knows which group column is the window.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
@@ -64,6 +65,18 @@ pub struct StreamPlanner<'a> {
     /// Keep the stages the same at every parallelism (no chaining that depends on it), so a
     /// checkpoint taken at one parallelism restores at another. Durable jobs need this.
     fixed_shape: bool,
+    /// How many scans of the plan read each source (see [`source_key`]).
+    scans: HashMap<String, usize>,
+    /// Source stages read by several scans, by source key.
+    shared: HashMap<String, usize>,
+}
+
+/// What makes two scans read the same stream: the table and its window function.
+fn source_key(source: &StreamTableSource) -> String {
+    match &source.kind {
+        ScanKind::Table(t) => format!("{t}"),
+        ScanKind::Window(w) => format!("{}|{}|{:?}", w.table, w.time_column, w.spec),
+    }
 }
 
 fn arrow_schema(schema: &DFSchemaRef) -> SchemaRef {
@@ -86,6 +99,8 @@ impl<'a> StreamPlanner<'a> {
             parallelism: parallelism.max(1),
             stages: Vec::new(),
             fixed_shape: false,
+            scans: HashMap::new(),
+            shared: HashMap::new(),
         }
     }
 
@@ -102,6 +117,7 @@ impl<'a> StreamPlanner<'a> {
         plan: &LogicalPlan,
         sink: Arc<dyn OperatorFactory>,
     ) -> Result<JobGraph> {
+        self.count_scans(plan);
         let stream = self.plan(plan)?;
         let single = self.single(stream, "result");
         let stream = self.ordered(single);
@@ -126,8 +142,22 @@ impl<'a> StreamPlanner<'a> {
         plan: &LogicalPlan,
         sink: Arc<dyn OperatorFactory>,
     ) -> Result<JobGraph> {
+        self.count_scans(plan);
         let stream = self.plan(plan)?;
         Ok(self.with_sink(name, stream.stage, sink))
+    }
+
+    /// Counts the scans of each source, so a source read twice (a self-join, or an aggregate
+    /// joined with its own input as in Nexmark q5 and q7) is generated once and fanned out.
+    fn count_scans(&mut self, plan: &LogicalPlan) {
+        let _ = plan.apply(|node| {
+            if let LogicalPlan::TableScan(scan) = node {
+                if let Some(source) = scan.source.as_ref().downcast_ref::<StreamTableSource>() {
+                    *self.scans.entry(source_key(source)).or_default() += 1;
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
     }
 
     fn physical(&self, e: &Expr, schema: &DFSchemaRef) -> Result<Arc<dyn PhysicalExpr>> {
@@ -391,8 +421,50 @@ impl<'a> StreamPlanner<'a> {
         Ok(input)
     }
 
-    /// A new source stage reading `source`, with its event-time handling.
+    /// The stream of one scan of `source`. A source read by several scans runs once: its
+    /// stage (reader, watermark, window assignment) feeds one stage per scan, in which the
+    /// scan's own projection and filters are chained.
     fn plan_source(&mut self, source: &StreamTableSource) -> Result<Stream> {
+        let key = source_key(source);
+        if self.scans.get(&key).copied().unwrap_or(0) < 2 {
+            return self.plan_source_stage(source);
+        }
+        let stream = match self.shared.get(&key) {
+            Some(&stage) => {
+                let mut stream = self.plan_source_stage(source)?;
+                // Planned again only for its schema and lineage; the stage is dropped.
+                self.stages.pop();
+                stream.stage = stage;
+                stream
+            }
+            None => {
+                let stream = self.plan_source_stage(source)?;
+                self.shared.insert(key, stream.stage);
+                stream
+            }
+        };
+        let table = match &source.kind {
+            ScanKind::Table(t) => t.clone(),
+            ScanKind::Window(w) => w.table.clone(),
+        };
+        self.stages.push(Stage {
+            name: format!("scan {table}"),
+            parallelism: self.stages[stream.stage].parallelism,
+            source: None,
+            inputs: vec![StageInput {
+                from: stream.stage,
+                partitioning: Partitioning::Forward,
+            }],
+            chain: vec![],
+        });
+        Ok(Stream {
+            stage: self.stages.len() - 1,
+            ..stream
+        })
+    }
+
+    /// A new source stage reading `source`, with its event-time handling.
+    fn plan_source_stage(&mut self, source: &StreamTableSource) -> Result<Stream> {
         let (table, window) = match &source.kind {
             ScanKind::Table(t) => (t.clone(), None),
             ScanKind::Window(w) => (w.table.clone(), Some(w.clone())),
