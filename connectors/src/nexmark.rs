@@ -6,7 +6,9 @@
 //! unbounded), `rate` (events per second of wall-clock time, unlimited by default),
 //! `event_rate` (events per second of event time, default 10000), `base_time` (event time of
 //! the first event, ms since the epoch, default 2015-07-15 00:00:00 UTC so runs are
-//! reproducible), `batch_size` (default 8192).
+//! reproducible), `batch_size` (default 8192), `partitions` (default 1: generators run in
+//! parallel, partition i producing the stream's events i, i + n, i + 2n, ...; each is in time
+//! order and the watermark is their minimum).
 //!
 //! Timestamps are `TIMESTAMP` (nanoseconds, no zone). Each table reads its own generator, so the
 //! three streams agree on ids and times.
@@ -36,6 +38,7 @@ const OPTIONS: &[&str] = &[
     "event_rate",
     "base_time",
     "batch_size",
+    "partitions",
 ];
 /// 2015-07-15 00:00:00 UTC in milliseconds.
 const DEFAULT_BASE_TIME_MS: u64 = 1_436_918_400_000;
@@ -118,6 +121,7 @@ pub struct NexmarkSourceFactory {
     pub event_rate: usize,
     pub base_time_ms: u64,
     pub batch_size: usize,
+    pub partitions: usize,
     /// The table's columns: for each, the index in the stream's schema.
     pub projection: Vec<usize>,
     pub schema: SchemaRef,
@@ -154,6 +158,7 @@ impl NexmarkSourceFactory {
             .take_parsed::<u64>("base_time", "milliseconds since the epoch")?
             .unwrap_or(DEFAULT_BASE_TIME_MS);
         let batch_size = positive(options, "batch_size")?.unwrap_or(8192) as usize;
+        let partitions = positive(options, "partitions")?.unwrap_or(1) as usize;
         options.finish("nexmark", OPTIONS)?;
         let full = stream.schema();
         let (projection, schema) = match declared {
@@ -181,6 +186,7 @@ impl NexmarkSourceFactory {
             event_rate,
             base_time_ms,
             batch_size,
+            partitions,
             projection,
             schema,
         })
@@ -195,11 +201,13 @@ impl NexmarkSourceFactory {
         }
     }
 
-    /// A reader that starts at the `offset`-th event of its stream.
+    /// A reader that starts at the `offset`-th event of its stream and then takes every
+    /// `partitions`-th one.
     pub fn reader_at(&self, offset: u64) -> NexmarkReader {
         let generator = EventGenerator::new(self.config())
             .with_type_filter(self.stream.event_type())
-            .with_offset(offset);
+            .with_offset(offset)
+            .with_step(self.partitions as u64);
         NexmarkReader {
             spec: self.clone(),
             generator,
@@ -227,13 +235,17 @@ impl SourceFactory for NexmarkSourceFactory {
         self.events.is_some()
     }
 
+    fn partitions(&self) -> EngineResult<usize> {
+        Ok(self.partitions)
+    }
+
     fn create(
         &self,
-        _task: &TaskInfo,
+        task: &TaskInfo,
         position: Option<&[u8]>,
     ) -> EngineResult<Box<dyn SourceReader>> {
         let offset = match position {
-            None => 0,
+            None => task.instance as u64,
             Some(bytes) => u64::from_be_bytes(bytes.try_into().map_err(|_| {
                 EngineError::State(format!(
                     "table {}: unreadable checkpointed nexmark offset",

@@ -4,7 +4,7 @@
 //! - each query over `WEIR_BENCH_EVENTS` generated events (default 10,000,000; events count
 //!   persons, auctions and bids together, as Flink's `nexmark.events.num`), exactly-once with
 //!   1 s checkpoints and at-least-once with 1 s checkpoints, at parallelism
-//!   `WEIR_BENCH_PARALLELISM` (default 2);
+//!   `WEIR_BENCH_PARALLELISM` (default 2), with as many generator partitions;
 //! - every run in its own process, so its figures are its own: events/s (wall clock),
 //!   events per CPU-second ("per core": CPU time of every thread of the job, so a job that
 //!   keeps two cores busy counts twice), cores used, peak RSS;
@@ -103,7 +103,10 @@ fn child(query: &str, delivery: &str, events: usize, parallelism: usize) {
     .unwrap();
     let script = std::fs::read_to_string(workspace().join(format!("examples/nexmark/{query}.sql")))
         .unwrap()
-        .replace("events = '1000000'", &format!("events = '{events}'"));
+        .replace(
+            "events = '1000000'",
+            &format!("events = '{events}', partitions = '{parallelism}'"),
+        );
     let (statements, _) = split_statements(&script);
     let (select, tables) = statements.split_last().unwrap();
     for t in tables {

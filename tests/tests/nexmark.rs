@@ -170,7 +170,7 @@ fn reference(ctx: &SessionContext, sql: &str) -> Vec<String> {
 }
 
 /// Runs `examples/nexmark/<query>.sql` with `events` events through `weir -f` at
-/// `parallelism`; returns the header and the sorted rows.
+/// `parallelism` (and as many source partitions); returns the header and the sorted rows.
 fn run_weir(query: &str, events: u64, parallelism: usize) -> (String, Vec<String>) {
     let path = workspace().join(format!("examples/nexmark/{query}.sql"));
     let script = std::fs::read_to_string(&path).unwrap();
@@ -178,7 +178,11 @@ fn run_weir(query: &str, events: u64, parallelism: usize) -> (String, Vec<String
         script.contains("events = '1000000'"),
         "{query}: events option"
     );
-    let script = script.replace("events = '1000000'", &format!("events = '{events}'"));
+    // As many generator partitions as instances: partition i makes events i, i + n, ...
+    let script = script.replace(
+        "events = '1000000'",
+        &format!("events = '{events}', partitions = '{parallelism}'"),
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join(format!("{query}.sql"));
     std::fs::write(&file, script).unwrap();
