@@ -274,6 +274,11 @@ impl NexmarkReader {
         let ns = |ms: u64| (ms as i64).saturating_mul(1_000_000);
         let limit = self.spec.events;
         let mut taken = 0;
+        // String columns the table does not declare are not copied (left empty, never read).
+        let mut want = [false; 10];
+        for &i in &self.spec.projection {
+            want[i] = true;
+        }
         let columns: Vec<ArrayRef> = match self.spec.stream {
             Stream::Bid => {
                 let (mut auction, mut bidder, mut price) = (
@@ -292,10 +297,16 @@ impl NexmarkReader {
                         auction.append_value(b.auction as i64);
                         bidder.append_value(b.bidder as i64);
                         price.append_value(b.price as i64);
-                        channel.append_value(&b.channel);
-                        url.append_value(&b.url);
+                        if want[3] {
+                            channel.append_value(&b.channel);
+                        }
+                        if want[4] {
+                            url.append_value(&b.url);
+                        }
                         time.append_value(ns(b.date_time));
-                        extra.append_value(&b.extra);
+                        if want[6] {
+                            extra.append_value(&b.extra);
+                        }
                         taken += 1;
                     }
                 }
@@ -329,15 +340,21 @@ impl NexmarkReader {
                 while taken < n && limit.is_none_or(|l| self.generator.global_offset() < l) {
                     if let Some(Event::Auction(a)) = self.generator.next() {
                         id.append_value(a.id as i64);
-                        item.append_value(&a.item_name);
-                        desc.append_value(&a.description);
+                        if want[1] {
+                            item.append_value(&a.item_name);
+                        }
+                        if want[2] {
+                            desc.append_value(&a.description);
+                        }
                         initial.append_value(a.initial_bid as i64);
                         reserve.append_value(a.reserve as i64);
                         time.append_value(ns(a.date_time));
                         expires.append_value(ns(a.expires));
                         seller.append_value(a.seller as i64);
                         category.append_value(a.category as i64);
-                        extra.append_value(&a.extra);
+                        if want[9] {
+                            extra.append_value(&a.extra);
+                        }
                         taken += 1;
                     }
                 }
@@ -368,13 +385,24 @@ impl NexmarkReader {
                 while taken < n && limit.is_none_or(|l| self.generator.global_offset() < l) {
                     if let Some(Event::Person(p)) = self.generator.next() {
                         id.append_value(p.id as i64);
-                        name.append_value(&p.name);
-                        email.append_value(&p.email_address);
-                        card.append_value(&p.credit_card);
-                        city.append_value(&p.city);
-                        state.append_value(&p.state);
+                        for (i, (builder, value)) in [
+                            (&mut name, &p.name),
+                            (&mut email, &p.email_address),
+                            (&mut card, &p.credit_card),
+                            (&mut city, &p.city),
+                            (&mut state, &p.state),
+                        ]
+                        .into_iter()
+                        .enumerate()
+                        {
+                            if want[i + 1] {
+                                builder.append_value(value);
+                            }
+                        }
                         time.append_value(ns(p.date_time));
-                        extra.append_value(&p.extra);
+                        if want[7] {
+                            extra.append_value(&p.extra);
+                        }
                         taken += 1;
                     }
                 }
