@@ -282,16 +282,16 @@ impl NexmarkReader {
         let columns: Vec<ArrayRef> = match self.spec.stream {
             Stream::Bid => {
                 let (mut auction, mut bidder, mut price) = (
-                    Int64Builder::new(),
-                    Int64Builder::new(),
-                    Int64Builder::new(),
+                    Int64Builder::with_capacity(n),
+                    Int64Builder::with_capacity(n),
+                    Int64Builder::with_capacity(n),
                 );
                 let (mut channel, mut url, mut extra) = (
-                    StringBuilder::new(),
-                    StringBuilder::new(),
-                    StringBuilder::new(),
+                    StringBuilder::with_capacity(n, n * 16),
+                    StringBuilder::with_capacity(n, n * 16),
+                    StringBuilder::with_capacity(n, n * 16),
                 );
-                let mut time = TimestampNanosecondBuilder::new();
+                let mut time = TimestampNanosecondBuilder::with_capacity(n);
                 while taken < n && limit.is_none_or(|l| self.generator.global_offset() < l) {
                     if let Some(Event::Bid(b)) = self.generator.next() {
                         auction.append_value(b.auction as i64);
@@ -322,20 +322,20 @@ impl NexmarkReader {
             }
             Stream::Auction => {
                 let (mut id, mut initial, mut reserve, mut seller, mut category) = (
-                    Int64Builder::new(),
-                    Int64Builder::new(),
-                    Int64Builder::new(),
-                    Int64Builder::new(),
-                    Int64Builder::new(),
+                    Int64Builder::with_capacity(n),
+                    Int64Builder::with_capacity(n),
+                    Int64Builder::with_capacity(n),
+                    Int64Builder::with_capacity(n),
+                    Int64Builder::with_capacity(n),
                 );
                 let (mut item, mut desc, mut extra) = (
-                    StringBuilder::new(),
-                    StringBuilder::new(),
-                    StringBuilder::new(),
+                    StringBuilder::with_capacity(n, n * 16),
+                    StringBuilder::with_capacity(n, n * 16),
+                    StringBuilder::with_capacity(n, n * 16),
                 );
                 let (mut time, mut expires) = (
-                    TimestampNanosecondBuilder::new(),
-                    TimestampNanosecondBuilder::new(),
+                    TimestampNanosecondBuilder::with_capacity(n),
+                    TimestampNanosecondBuilder::with_capacity(n),
                 );
                 while taken < n && limit.is_none_or(|l| self.generator.global_offset() < l) {
                     if let Some(Event::Auction(a)) = self.generator.next() {
@@ -372,16 +372,16 @@ impl NexmarkReader {
                 ]
             }
             Stream::Person => {
-                let mut id = Int64Builder::new();
+                let mut id = Int64Builder::with_capacity(n);
                 let (mut name, mut email, mut card, mut city, mut state, mut extra) = (
-                    StringBuilder::new(),
-                    StringBuilder::new(),
-                    StringBuilder::new(),
-                    StringBuilder::new(),
-                    StringBuilder::new(),
-                    StringBuilder::new(),
+                    StringBuilder::with_capacity(n, n * 16),
+                    StringBuilder::with_capacity(n, n * 16),
+                    StringBuilder::with_capacity(n, n * 16),
+                    StringBuilder::with_capacity(n, n * 16),
+                    StringBuilder::with_capacity(n, n * 16),
+                    StringBuilder::with_capacity(n, n * 16),
                 );
-                let mut time = TimestampNanosecondBuilder::new();
+                let mut time = TimestampNanosecondBuilder::with_capacity(n);
                 while taken < n && limit.is_none_or(|l| self.generator.global_offset() < l) {
                     if let Some(Event::Person(p)) = self.generator.next() {
                         id.append_value(p.id as i64);

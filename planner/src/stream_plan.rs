@@ -480,7 +480,9 @@ impl<'a> StreamPlanner<'a> {
         let watermark = match &def.watermark {
             Some(w) => {
                 text.push(format!("Watermark: {} AS {}", w.column, w.text));
-                Some(self.physical(&w.expr, &table_schema)?)
+                let expr = fixed_interval_as_nanos(&w.expr, &table_schema)
+                    .unwrap_or_else(|| w.expr.clone());
+                Some(self.physical(&expr, &table_schema)?)
             }
             None => None,
         };
@@ -832,6 +834,43 @@ impl StreamPlanner<'_> {
             unordered: true,
         })
     }
+}
+
+/// `ts - INTERVAL '4' SECOND` (or `+`) over a `TIMESTAMP` column, with an interval of fixed
+/// length (no months), as integer arithmetic on nanoseconds: the same values without the
+/// per-row calendar arithmetic of interval subtraction. Evaluated for every source row (the
+/// watermark), where it cost about a tenth of Nexmark q0's time. `None`: not of this shape.
+fn fixed_interval_as_nanos(expr: &Expr, schema: &DFSchemaRef) -> Option<Expr> {
+    use datafusion::arrow::datatypes::{DataType, TimeUnit};
+    use datafusion::common::ScalarValue;
+    use datafusion::logical_expr::{BinaryExpr, Cast, Operator};
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
+        return None;
+    };
+    if !matches!(op, Operator::Minus | Operator::Plus) {
+        return None;
+    }
+    let nanos: i64 = match right.as_ref() {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => (v.days
+            as i64)
+            .checked_mul(86_400_000_000_000)?
+            .checked_add(v.nanoseconds)?,
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => (v.days as i64)
+            .checked_mul(86_400_000_000_000)?
+            .checked_add((v.milliseconds as i64).checked_mul(1_000_000)?)?,
+        _ => return None,
+    };
+    let ts = DataType::Timestamp(TimeUnit::Nanosecond, None);
+    if left.get_type(schema).ok()? != ts {
+        return None;
+    }
+    let as_int = Expr::Cast(Cast::new(left.clone(), DataType::Int64));
+    let shifted = Expr::BinaryExpr(BinaryExpr::new(
+        Box::new(as_int),
+        *op,
+        Box::new(Expr::Literal(ScalarValue::Int64(Some(nanos)), None)),
+    ));
+    Some(Expr::Cast(Cast::new(Box::new(shifted), ts)))
 }
 
 fn kind_pairs(kind: JoinKind) -> bool {

@@ -2,6 +2,10 @@
 
 #![allow(dead_code)]
 
+/// The allocator of the `weir` binary, so benchmarks measure what users run.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A number from the environment, or the default.
 pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
