@@ -23,6 +23,25 @@ fn state_error(what: &str, path: &Path, e: rocksdb::Error) -> EngineError {
 /// the next opener, which RocksDB refuses while the old handle still holds the lock.
 static SHARED: Mutex<BTreeMap<PathBuf, Arc<RocksDbStateBackend>>> = Mutex::new(BTreeMap::new());
 
+/// Memtable size of one store (RocksDB's default is 64 MiB per store).
+const WRITE_BUFFER_BYTES: usize = 16 << 20;
+/// Memtables of all stores of the process together.
+const ALL_WRITE_BUFFERS_BYTES: usize = 256 << 20;
+/// Block cache shared by all stores of the process.
+const BLOCK_CACHE_BYTES: usize = 64 << 20;
+
+/// The block cache and memtable budget every store of the process shares.
+fn shared_memory() -> &'static (rocksdb::Cache, rocksdb::WriteBufferManager) {
+    static MEMORY: std::sync::OnceLock<(rocksdb::Cache, rocksdb::WriteBufferManager)> =
+        std::sync::OnceLock::new();
+    MEMORY.get_or_init(|| {
+        (
+            rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES),
+            rocksdb::WriteBufferManager::new_write_buffer_manager(ALL_WRITE_BUFFERS_BYTES, false),
+        )
+    })
+}
+
 /// State kept in a RocksDB database.
 pub struct RocksDbStateBackend {
     db: DB,
@@ -35,6 +54,14 @@ impl RocksDbStateBackend {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        // Every stateful task has its own store; their memory is bounded together: one
+        // block cache and one memtable budget for the process.
+        let (cache, buffers) = shared_memory();
+        options.set_write_buffer_size(WRITE_BUFFER_BYTES);
+        options.set_write_buffer_manager(buffers);
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_block_cache(cache);
+        options.set_block_based_table_factory(&table);
         let db = DB::open(&options, path)
             .map_err(|e| state_error("cannot open state store", path, e))?;
         Ok(Self {
