@@ -74,7 +74,7 @@ pub struct StreamPlanner<'a> {
 /// What makes two scans read the same stream: the table and its window function.
 fn source_key(source: &StreamTableSource) -> String {
     match &source.kind {
-        ScanKind::Table(t) => format!("{t}"),
+        ScanKind::Table(t) => t.clone(),
         ScanKind::Window(w) => format!("{}|{}|{:?}", w.table, w.time_column, w.spec),
     }
 }
