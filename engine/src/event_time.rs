@@ -12,7 +12,9 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, TimestampNanosecondArray, UInt32Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, NullArray, TimestampNanosecondArray, UInt32Array,
+};
 use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampNanosecondType};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -36,8 +38,13 @@ pub struct EventTimeSpec {
 pub struct WindowAssignment {
     pub time_column: usize,
     pub spec: WindowSpec,
-    /// The source schema plus `window_start` and `window_end`.
+    /// The source schema plus `window_start` and `window_end`; columns in `unused` are of
+    /// type `Null` here.
     pub output_schema: SchemaRef,
+    /// Source columns no operator reads after the assigner: not copied into the windows a row
+    /// belongs to (a `NullArray` stands in, which costs nothing), so HOP's copies carry only
+    /// what the query uses.
+    pub unused: Vec<usize>,
 }
 
 /// What [`EventTimeAssigner::assign`] returns for one batch.
@@ -145,7 +152,8 @@ impl EventTimeAssigner {
                 late_rows,
             });
         }
-        let mut columns: Vec<ArrayRef> = if indices.len() == batch.num_rows()
+        let rows = indices.len();
+        let mut columns: Vec<ArrayRef> = if rows == batch.num_rows()
             && indices.iter().enumerate().all(|(i, &j)| i as u32 == j)
         {
             batch.columns().to_vec()
@@ -154,9 +162,23 @@ impl EventTimeAssigner {
             batch
                 .columns()
                 .iter()
-                .map(|c| take(c.as_ref(), &idx, None))
+                .enumerate()
+                .map(|(i, c)| {
+                    if window.unused.contains(&i) {
+                        Ok(Arc::new(NullArray::new(rows)) as ArrayRef)
+                    } else {
+                        take(c.as_ref(), &idx, None)
+                    }
+                })
                 .collect::<Result<_, _>>()?
         };
+        for &i in &window.unused {
+            if let Some(c) = columns.get_mut(i) {
+                if c.data_type() != &DataType::Null {
+                    *c = Arc::new(NullArray::new(rows));
+                }
+            }
+        }
         let ends: Vec<i64> = starts.iter().map(|s| s.saturating_add(size)).collect();
         columns.push(Arc::new(TimestampNanosecondArray::from(starts)));
         columns.push(Arc::new(TimestampNanosecondArray::from(ends)));
@@ -220,6 +242,7 @@ mod tests {
                 time_column: 1,
                 spec,
                 output_schema: Arc::new(Schema::new(fields)),
+                unused: vec![],
             }),
         })
     }

@@ -69,6 +69,8 @@ pub struct StreamPlanner<'a> {
     scans: HashMap<String, usize>,
     /// Source stages read by several scans, by source key.
     shared: HashMap<String, usize>,
+    /// Columns some scan of each source reads (`None`: all of them).
+    read: HashMap<String, Option<std::collections::BTreeSet<usize>>>,
 }
 
 /// What makes two scans read the same stream: the table and its window function.
@@ -101,6 +103,7 @@ impl<'a> StreamPlanner<'a> {
             fixed_shape: false,
             scans: HashMap::new(),
             shared: HashMap::new(),
+            read: HashMap::new(),
         }
     }
 
@@ -153,7 +156,16 @@ impl<'a> StreamPlanner<'a> {
         let _ = plan.apply(|node| {
             if let LogicalPlan::TableScan(scan) = node {
                 if let Some(source) = scan.source.as_ref().downcast_ref::<StreamTableSource>() {
-                    *self.scans.entry(source_key(source)).or_default() += 1;
+                    let key = source_key(source);
+                    *self.scans.entry(key.clone()).or_default() += 1;
+                    let read = self
+                        .read
+                        .entry(key)
+                        .or_insert_with(|| Some(Default::default()));
+                    match (&scan.projection, read.as_mut()) {
+                        (Some(cols), Some(set)) => set.extend(cols.iter().copied()),
+                        _ => *read = None,
+                    }
                 }
             }
             Ok(TreeNodeRecursion::Continue)
@@ -492,10 +504,35 @@ impl<'a> StreamPlanner<'a> {
                 text.push(format!("WindowAssign: {}", w.text));
                 windows.push(Some(WindowLineage::Start(w.spec.size())));
                 windows.push(Some(WindowLineage::End(w.spec.size())));
+                // Columns no scan reads are not copied into each window of a row.
+                let unused: Vec<usize> = match self.read.get(&source_key(source)) {
+                    Some(Some(read)) => (0..def.schema.fields().len())
+                        .filter(|i| !read.contains(i))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let fields: Vec<datafusion::arrow::datatypes::Field> = source
+                    .schema
+                    .fields()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        if unused.contains(&i) {
+                            datafusion::arrow::datatypes::Field::new(
+                                f.name(),
+                                datafusion::arrow::datatypes::DataType::Null,
+                                true,
+                            )
+                        } else {
+                            f.as_ref().clone()
+                        }
+                    })
+                    .collect();
                 Some(WindowAssignment {
                     time_column: w.time_column,
                     spec: w.spec,
-                    output_schema: Arc::clone(&source.schema),
+                    output_schema: Arc::new(Schema::new(fields)),
+                    unused,
                 })
             }
             None => None,
