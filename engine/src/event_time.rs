@@ -126,8 +126,14 @@ impl EventTimeAssigner {
         let times = timestamps_as_nanos(batch.column(window.time_column))?;
         let spec = window.spec;
         let size = spec.size();
-        let mut indices: Vec<u32> = Vec::with_capacity(batch.num_rows());
-        let mut starts: Vec<i64> = Vec::with_capacity(batch.num_rows());
+        // (row, window) pairs in buckets by the window's rank among the row's windows (0: the
+        // latest). With rows in time order each bucket's windows come in runs, so a hopping
+        // window's rows reach the aggregation as a few contiguous slices per window instead of
+        // interleaved (row 1 in windows a b c, row 2 in a b c, ...).
+        let mut buckets: Vec<(Vec<u32>, Vec<i64>)> = vec![(
+            Vec::with_capacity(batch.num_rows()),
+            Vec::with_capacity(batch.num_rows()),
+        )];
         let mut late_rows = 0u64;
         for i in 0..times.len() {
             if times.is_null(i) {
@@ -138,13 +144,24 @@ impl EventTimeAssigner {
             }
             let t = times.value(i);
             let wm = row_watermark(i);
+            let mut rank = 0;
             let n = spec.for_each_open_window(t, wm, |start| {
-                indices.push(i as u32);
-                starts.push(start);
+                if buckets.len() <= rank {
+                    buckets.push((Vec::new(), Vec::new()));
+                }
+                buckets[rank].0.push(i as u32);
+                buckets[rank].1.push(start);
+                rank += 1;
             });
             if n == 0 && spec.last_start(t).saturating_add(size) > t {
                 late_rows += 1;
             }
+        }
+        let mut buckets = buckets.into_iter();
+        let (mut indices, mut starts) = buckets.next().unwrap_or_default();
+        for (i, s) in buckets {
+            indices.extend(i);
+            starts.extend(s);
         }
         if indices.is_empty() {
             return Ok(Assigned {

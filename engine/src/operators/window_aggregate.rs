@@ -208,6 +208,20 @@ struct Evaluated {
 }
 
 impl Evaluated {
+    /// Rows `offset..offset + len`, without copying.
+    fn slice(&self, offset: usize, len: usize) -> Self {
+        let s = |a: &ArrayRef| a.slice(offset, len);
+        Self {
+            keys: self.keys.iter().map(s).collect(),
+            args: self
+                .args
+                .iter()
+                .map(|cols| cols.iter().map(s).collect())
+                .collect(),
+            filters: self.filters.iter().map(|f| f.as_ref().map(s)).collect(),
+        }
+    }
+
     fn take(&self, rows: &UInt32Array) -> Result<Self> {
         let t = |a: &ArrayRef| take(a.as_ref(), rows, None);
         Ok(Self {
@@ -483,7 +497,25 @@ impl Operator for WindowAggregateOperator {
             self.update(first, &evaluated)?;
             return self.enforce_budget();
         }
-        // Several windows in one batch: split rows by window, in order of first appearance.
+        // Several windows in one batch. Rows usually come in runs of one window (the window
+        // assigner groups them): each run is a zero-copy slice.
+        let boundaries = ends.windows(2).filter(|w| w[0] != w[1]).count();
+        if boundaries < 64 {
+            let mut from = 0;
+            while from < ends.len() {
+                let end = ends[from];
+                let len = ends[from..].iter().take_while(|&&e| e == end).count();
+                if end <= self.watermark {
+                    self.metrics.add_late_rows(len as u64);
+                } else {
+                    let part = evaluated.slice(from, len);
+                    self.update(end, &part)?;
+                }
+                from += len;
+            }
+            return self.enforce_budget();
+        }
+        // Interleaved: split rows by window, in order of first appearance.
         let mut runs: Vec<(EventTime, Vec<u32>)> = Vec::new();
         let mut index: AHashMap<EventTime, usize> = AHashMap::new();
         for (row, &end) in ends.iter().enumerate() {
