@@ -17,17 +17,9 @@ mod util;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Instant;
 
-use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray, TimestampNanosecondArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
-use nexmark::config::NexmarkConfig;
-use nexmark::event::{Event, EventType};
-use nexmark::EventGenerator;
 use util::{env_usize, median, run};
 use weir_planner::sql::split_statements;
 use weir_planner::{Session, SessionConfig};
@@ -176,125 +168,6 @@ fn measure(query: &str, delivery: &str, events: usize, parallelism: usize) -> Fi
     }
 }
 
-fn generate<T>(kind: EventType, events: usize, pick: impl Fn(Event) -> Option<T>) -> Vec<T> {
-    let config = NexmarkConfig {
-        base_time: 1_436_918_400_000,
-        first_rate: 10_000,
-        next_rate: 10_000,
-        ..NexmarkConfig::default()
-    };
-    let mut g = EventGenerator::new(config).with_type_filter(kind);
-    let mut out = Vec::new();
-    while g.global_offset() < events as u64 {
-        match g.next().and_then(&pick) {
-            Some(e) => out.push(e),
-            None => break,
-        }
-    }
-    out
-}
-
-/// DataFusion over the same events, in memory; returns (seconds, rows) of the fastest of
-/// `runs` (medians are taken by the caller over its own repetitions).
-fn datafusion_context(events: usize) -> SessionContext {
-    let ctx = SessionContext::new();
-    let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
-    let ns = |ms: u64| ms as i64 * 1_000_000;
-    let table = |fields: Vec<Field>, columns: Vec<ArrayRef>| {
-        let schema = Arc::new(Schema::new(fields));
-        let rows = columns[0].len();
-        // Batches of 8,192 rows, as weir's source makes them.
-        let batch = RecordBatch::try_new(Arc::clone(&schema), columns).unwrap();
-        let parts: Vec<RecordBatch> = (0..rows)
-            .step_by(8192)
-            .map(|o| batch.slice(o, 8192.min(rows - o)))
-            .collect();
-        Arc::new(MemTable::try_new(schema, vec![parts]).unwrap())
-    };
-    let bids = generate(EventType::Bid, events, |e| match e {
-        Event::Bid(b) => Some(b),
-        _ => None,
-    });
-    ctx.register_table(
-        "bid",
-        table(
-            vec![
-                Field::new("auction", DataType::Int64, false),
-                Field::new("bidder", DataType::Int64, false),
-                Field::new("price", DataType::Int64, false),
-                Field::new("date_time", ts(), false),
-                Field::new("extra", DataType::Utf8, false),
-            ],
-            vec![
-                Arc::new(Int64Array::from_iter_values(
-                    bids.iter().map(|b| b.auction as i64),
-                )),
-                Arc::new(Int64Array::from_iter_values(
-                    bids.iter().map(|b| b.bidder as i64),
-                )),
-                Arc::new(Int64Array::from_iter_values(
-                    bids.iter().map(|b| b.price as i64),
-                )),
-                Arc::new(TimestampNanosecondArray::from_iter_values(
-                    bids.iter().map(|b| ns(b.date_time)),
-                )),
-                Arc::new(StringArray::from_iter_values(bids.iter().map(|b| &b.extra))),
-            ],
-        ),
-    )
-    .unwrap();
-    drop(bids);
-    let people = generate(EventType::Person, events, |e| match e {
-        Event::Person(p) => Some(p),
-        _ => None,
-    });
-    ctx.register_table(
-        "person",
-        table(
-            vec![
-                Field::new("id", DataType::Int64, false),
-                Field::new("name", DataType::Utf8, false),
-                Field::new("date_time", ts(), false),
-            ],
-            vec![
-                Arc::new(Int64Array::from_iter_values(
-                    people.iter().map(|p| p.id as i64),
-                )),
-                Arc::new(StringArray::from_iter_values(
-                    people.iter().map(|p| &p.name),
-                )),
-                Arc::new(TimestampNanosecondArray::from_iter_values(
-                    people.iter().map(|p| ns(p.date_time)),
-                )),
-            ],
-        ),
-    )
-    .unwrap();
-    let auctions = generate(EventType::Auction, events, |e| match e {
-        Event::Auction(a) => Some(a),
-        _ => None,
-    });
-    ctx.register_table(
-        "auction",
-        table(
-            vec![
-                Field::new("seller", DataType::Int64, false),
-                Field::new("date_time", ts(), false),
-            ],
-            vec![
-                Arc::new(Int64Array::from_iter_values(
-                    auctions.iter().map(|a| a.seller as i64),
-                )),
-                Arc::new(TimestampNanosecondArray::from_iter_values(
-                    auctions.iter().map(|a| ns(a.date_time)),
-                )),
-            ],
-        ),
-    )
-    .unwrap();
-    ctx
-}
-
 fn datafusion_run(rt: &tokio::runtime::Runtime, ctx: &SessionContext, sql: &str) -> (f64, usize) {
     let started = Instant::now();
     let batches = rt
@@ -335,7 +208,7 @@ fn main() {
         .unwrap();
     let ctx = needs_df.then(|| {
         let started = Instant::now();
-        let ctx = datafusion_context(events);
+        let ctx = weir_tests::nexmark::context(events as u64);
         let secs = started.elapsed().as_secs_f64();
         println!(
             "DataFusion reads the events from memory; generating them (all three streams, one \

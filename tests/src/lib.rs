@@ -1,1 +1,4 @@
-//! weir end-to-end tests live in tests/tests/.
+//! weir end-to-end tests live in tests/tests/, benchmarks in tests/benches/. This library holds
+//! what both use.
+
+pub mod nexmark;

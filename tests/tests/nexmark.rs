@@ -11,16 +11,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray, TimestampNanosecondArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
-use nexmark::config::NexmarkConfig;
-use nexmark::event::{Event, EventType};
-use nexmark::EventGenerator;
 use weir_planner::display::{batch_rows, csv_line};
 
 /// Events per run: about 30 s of event time at the default 10,000 events/s, so three
@@ -32,124 +24,6 @@ fn workspace() -> PathBuf {
         .parent()
         .expect("workspace root")
         .to_path_buf()
-}
-
-/// The events of one stream with global index below `events`, as weir's source reads them.
-fn generate(kind: EventType, events: u64) -> Vec<Event> {
-    let config = NexmarkConfig {
-        base_time: 1_436_918_400_000,
-        first_rate: 10_000,
-        next_rate: 10_000,
-        ..NexmarkConfig::default()
-    };
-    let mut generator = EventGenerator::new(config).with_type_filter(kind);
-    let mut out = Vec::new();
-    while generator.global_offset() < events {
-        match generator.next() {
-            Some(e) => out.push(e),
-            None => break,
-        }
-    }
-    out
-}
-
-fn ts() -> DataType {
-    DataType::Timestamp(TimeUnit::Nanosecond, None)
-}
-
-fn nanos(ms: u64) -> i64 {
-    ms as i64 * 1_000_000
-}
-
-/// `bid`, `person` and `auction` tables (the columns the queries read) in a DataFusion context.
-fn reference_context(events: u64) -> SessionContext {
-    let ctx = SessionContext::new();
-    let table = |fields: Vec<Field>, columns: Vec<ArrayRef>| {
-        let schema = Arc::new(Schema::new(fields));
-        let batch = RecordBatch::try_new(Arc::clone(&schema), columns).unwrap();
-        Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap())
-    };
-    let bids: Vec<_> = generate(EventType::Bid, events)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Bid(b) => Some(b),
-            _ => None,
-        })
-        .collect();
-    let bid = table(
-        vec![
-            Field::new("auction", DataType::Int64, false),
-            Field::new("bidder", DataType::Int64, false),
-            Field::new("price", DataType::Int64, false),
-            Field::new("date_time", ts(), false),
-            Field::new("extra", DataType::Utf8, false),
-        ],
-        vec![
-            Arc::new(Int64Array::from_iter_values(
-                bids.iter().map(|b| b.auction as i64),
-            )),
-            Arc::new(Int64Array::from_iter_values(
-                bids.iter().map(|b| b.bidder as i64),
-            )),
-            Arc::new(Int64Array::from_iter_values(
-                bids.iter().map(|b| b.price as i64),
-            )),
-            Arc::new(TimestampNanosecondArray::from_iter_values(
-                bids.iter().map(|b| nanos(b.date_time)),
-            )),
-            Arc::new(StringArray::from_iter_values(bids.iter().map(|b| &b.extra))),
-        ],
-    );
-    let people: Vec<_> = generate(EventType::Person, events)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Person(p) => Some(p),
-            _ => None,
-        })
-        .collect();
-    let person = table(
-        vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("name", DataType::Utf8, false),
-            Field::new("date_time", ts(), false),
-        ],
-        vec![
-            Arc::new(Int64Array::from_iter_values(
-                people.iter().map(|p| p.id as i64),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                people.iter().map(|p| &p.name),
-            )),
-            Arc::new(TimestampNanosecondArray::from_iter_values(
-                people.iter().map(|p| nanos(p.date_time)),
-            )),
-        ],
-    );
-    let auctions: Vec<_> = generate(EventType::Auction, events)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::Auction(a) => Some(a),
-            _ => None,
-        })
-        .collect();
-    let auction = table(
-        vec![
-            Field::new("seller", DataType::Int64, false),
-            Field::new("date_time", ts(), false),
-        ],
-        vec![
-            Arc::new(Int64Array::from_iter_values(
-                auctions.iter().map(|a| a.seller as i64),
-            )),
-            Arc::new(TimestampNanosecondArray::from_iter_values(
-                auctions.iter().map(|a| nanos(a.date_time)),
-            )),
-        ],
-    );
-    ctx.register_table("bid", bid).unwrap();
-    ctx.register_table("person", person).unwrap();
-    ctx.register_table("auction", auction).unwrap();
-    ctx
 }
 
 /// The reference result as weir's CSV lines, sorted.
@@ -203,7 +77,7 @@ fn run_weir(query: &str, events: u64, parallelism: usize) -> (String, Vec<String
 }
 
 fn check(query: &str, header: &str, reference_sql: &str, min_rows: usize) {
-    let ctx = reference_context(EVENTS);
+    let ctx = weir_tests::nexmark::context(EVENTS);
     let expected = reference(&ctx, reference_sql);
     assert!(
         expected.len() >= min_rows,
