@@ -208,7 +208,7 @@ fn main() {
         .unwrap();
     let ctx = needs_df.then(|| {
         let started = Instant::now();
-        let ctx = weir_tests::nexmark::context(events as u64);
+        let ctx = weir_tests::nexmark::context(events as u64).expect("reference tables");
         let secs = started.elapsed().as_secs_f64();
         println!(
             "DataFusion reads the events from memory; generating them (all three streams, one \

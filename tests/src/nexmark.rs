@@ -8,6 +8,7 @@ use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray, TimestampNanos
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::datasource::MemTable;
+use datafusion::error::Result;
 use datafusion::prelude::SessionContext;
 use nexmark::config::NexmarkConfig;
 use nexmark::event::{Event, EventType};
@@ -42,21 +43,21 @@ fn nanos(ms: u64) -> i64 {
 }
 
 /// A table in batches of 8,192 rows, as weir's source makes them.
-fn table(fields: Vec<Field>, columns: Vec<ArrayRef>) -> Arc<MemTable> {
+fn table(fields: Vec<Field>, columns: Vec<ArrayRef>) -> Result<Arc<MemTable>> {
     let schema = Arc::new(Schema::new(fields));
     let rows = columns.first().map_or(0, |c| c.len());
-    let batch = RecordBatch::try_new(Arc::clone(&schema), columns).expect("nexmark batch");
+    let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
     let parts: Vec<RecordBatch> = (0..rows)
         .step_by(8192)
         .map(|o| batch.slice(o, 8192.min(rows - o)))
         .collect();
-    Arc::new(MemTable::try_new(schema, vec![parts]).expect("nexmark table"))
+    Ok(Arc::new(MemTable::try_new(schema, vec![parts])?))
 }
 
 /// A DataFusion context with tables `bid (auction, bidder, price, date_time, extra)`,
 /// `person (id, name, date_time)` and `auction (seller, date_time)` over the first `events`
 /// events.
-pub fn context(events: u64) -> SessionContext {
+pub fn context(events: u64) -> Result<SessionContext> {
     let ctx = SessionContext::new();
     let bids: Vec<_> = generate(EventType::Bid, events)
         .into_iter()
@@ -88,7 +89,7 @@ pub fn context(events: u64) -> SessionContext {
             )),
             Arc::new(StringArray::from_iter_values(bids.iter().map(|b| &b.extra))),
         ],
-    );
+    )?;
     drop(bids);
     let people: Vec<_> = generate(EventType::Person, events)
         .into_iter()
@@ -114,7 +115,7 @@ pub fn context(events: u64) -> SessionContext {
                 people.iter().map(|p| nanos(p.date_time)),
             )),
         ],
-    );
+    )?;
     let auctions: Vec<_> = generate(EventType::Auction, events)
         .into_iter()
         .filter_map(|e| match e {
@@ -135,11 +136,9 @@ pub fn context(events: u64) -> SessionContext {
                 auctions.iter().map(|a| nanos(a.date_time)),
             )),
         ],
-    );
-    ctx.register_table("bid", bid).expect("register bid");
-    ctx.register_table("person", person)
-        .expect("register person");
-    ctx.register_table("auction", auction)
-        .expect("register auction");
-    ctx
+    )?;
+    ctx.register_table("bid", bid)?;
+    ctx.register_table("person", person)?;
+    ctx.register_table("auction", auction)?;
+    Ok(ctx)
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use common::process::{committed_lines, finish, kill_at_random, spawn, wait_for_file};
+use common::process::{committed_lines, kill_and_resume};
 use common::reference::{reference_rows, write_input};
 
 fn tests_dir() -> PathBuf {
@@ -158,33 +158,17 @@ fn every_windowed_slt_query_survives_kills_and_rescaling() {
         .unwrap();
         let script_path = work.path().join("job.sql");
         std::fs::write(&script_path, &script).unwrap();
-        let data_arg = data.to_str().unwrap();
-        let cwd = tests_dir();
-        let mut first = spawn(
-            &[
-                "-f",
-                script_path.to_str().unwrap(),
-                "--data-dir",
-                data_arg,
-                "--parallelism",
-                "2",
-            ],
-            &cwd,
+        kill_and_resume(
+            &script_path,
+            &data,
+            "golden",
+            &tests_dir(),
+            &mut rng,
+            (50, 400),
+            &[3, 1],
+            (50, 400),
+            Some(2),
         );
-        wait_for_file(&mut first, &data.join("jobs/golden/job.json"));
-        kill_at_random(first, &mut rng, (50, 400));
-        for p in ["3", "1"] {
-            let child = spawn(
-                &["resume", "--data-dir", data_arg, "--parallelism", p],
-                &cwd,
-            );
-            kill_at_random(child, &mut rng, (50, 400));
-        }
-        let last = spawn(
-            &["resume", "--data-dir", data_arg, "--parallelism", "2"],
-            &cwd,
-        );
-        finish(last, "final resume");
         let mut got: Vec<String> = committed_lines(&out)
             .iter()
             .map(|l| as_slt_row(l))
@@ -228,32 +212,18 @@ fn run_with_kills(
     );
     let script_path = work.join("job.sql");
     std::fs::write(&script_path, script).unwrap();
-    let data_arg = data.to_str().unwrap();
     let mut rng = StdRng::seed_from_u64(if delivery == "exactly_once" { 1 } else { 2 });
-    let mut first = spawn(
-        &[
-            "-f",
-            script_path.to_str().unwrap(),
-            "--data-dir",
-            data_arg,
-            "--parallelism",
-            "2",
-        ],
+    let resumes: Vec<usize> = (1..kills).map(|_| rng.gen_range(1..=3)).collect();
+    let killed = kill_and_resume(
+        &script_path,
+        &data,
+        "big",
         work,
-    );
-    wait_for_file(&mut first, &data.join("jobs/big/job.json"));
-    let mut killed = usize::from(kill_at_random(first, &mut rng, (100, 600)));
-    for _ in 1..kills {
-        let p = rng.gen_range(1..=3).to_string();
-        let child = spawn(
-            &["resume", "--data-dir", data_arg, "--parallelism", &p],
-            work,
-        );
-        killed += usize::from(kill_at_random(child, &mut rng, (150, 700)));
-    }
-    finish(
-        spawn(&["resume", "--data-dir", data_arg], work),
-        "final resume",
+        &mut rng,
+        (100, 600),
+        &resumes,
+        (150, 700),
+        None,
     );
     let staged: Vec<String> = std::fs::read_dir(&out)
         .unwrap()

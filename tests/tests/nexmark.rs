@@ -77,7 +77,7 @@ fn run_weir(query: &str, events: u64, parallelism: usize) -> (String, Vec<String
 }
 
 fn check(query: &str, header: &str, reference_sql: &str, min_rows: usize) {
-    let ctx = weir_tests::nexmark::context(EVENTS);
+    let ctx = weir_tests::nexmark::context(EVENTS).expect("reference tables");
     let expected = reference(&ctx, reference_sql);
     assert!(
         expected.len() >= min_rows,
@@ -192,9 +192,9 @@ fn q8_new_users() {
 /// aggregate's windows come back from the checkpoints, re-routed when the parallelism changed.
 #[test]
 fn window_joins_survive_kills_exactly_once() {
-    use common::process::{committed_lines, finish, kill_at_random, spawn, wait_for_file};
+    use common::process::{committed_lines, kill_and_resume};
     use rand::{Rng, SeedableRng};
-    let ctx = weir_tests::nexmark::context(EVENTS);
+    let ctx = weir_tests::nexmark::context(EVENTS).expect("reference tables");
     // Generator rates (rows per second of the table's stream) that make each run last
     // seconds, so the kills land while windows are open.
     for (query, reference_sql, rate) in [("q7", Q7_REFERENCE, 90_000), ("q8", Q8_REFERENCE, 5_000)]
@@ -222,32 +222,18 @@ fn window_joins_survive_kills_exactly_once() {
         ));
         let script_path = work.path().join("job.sql");
         std::fs::write(&script_path, job).unwrap();
-        let data_arg = data.to_str().unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let mut first = spawn(
-            &[
-                "-f",
-                script_path.to_str().unwrap(),
-                "--data-dir",
-                data_arg,
-                "--parallelism",
-                "2",
-            ],
+        let resumes: Vec<usize> = (0..5).map(|_| rng.gen_range(1..=3)).collect();
+        let killed = kill_and_resume(
+            &script_path,
+            &data,
+            query,
             work.path(),
-        );
-        wait_for_file(&mut first, &data.join(format!("jobs/{query}/job.json")));
-        let mut killed = usize::from(kill_at_random(first, &mut rng, (200, 700)));
-        for _ in 0..5 {
-            let p = rng.gen_range(1..=3).to_string();
-            let child = spawn(
-                &["resume", "--data-dir", data_arg, "--parallelism", &p],
-                work.path(),
-            );
-            killed += usize::from(kill_at_random(child, &mut rng, (300, 900)));
-        }
-        finish(
-            spawn(&["resume", "--data-dir", data_arg], work.path()),
-            "final resume",
+            &mut rng,
+            (200, 700),
+            &resumes,
+            (300, 900),
+            None,
         );
         assert!(
             killed >= 3,

@@ -107,3 +107,59 @@ pub fn committed_lines(dir: &Path) -> Vec<String> {
         })
         .collect()
 }
+
+/// Runs `script` with `weir -f --data-dir data --parallelism 2` in `cwd` until it recorded
+/// `job`, kills it at a random moment in `first`; then resumes it at each parallelism of
+/// `resumes` and kills it at a random moment in `window`; finally resumes it (at
+/// `final_parallelism`, or as recorded) and lets it finish. Returns how many kills hit a
+/// running job.
+#[allow(clippy::too_many_arguments)]
+pub fn kill_and_resume(
+    script: &Path,
+    data: &Path,
+    job: &str,
+    cwd: &Path,
+    rng: &mut impl Rng,
+    first: (u64, u64),
+    resumes: &[usize],
+    window: (u64, u64),
+    final_parallelism: Option<usize>,
+) -> usize {
+    let data_arg = data.to_str().expect("data dir path");
+    let mut child = spawn(
+        &[
+            "-f",
+            script.to_str().expect("script path"),
+            "--data-dir",
+            data_arg,
+            "--parallelism",
+            "2",
+        ],
+        cwd,
+    );
+    wait_for_file(&mut child, &data.join(format!("jobs/{job}/job.json")));
+    let mut killed = usize::from(kill_at_random(child, rng, first));
+    for p in resumes {
+        let p = p.to_string();
+        let child = spawn(
+            &["resume", "--data-dir", data_arg, "--parallelism", &p],
+            cwd,
+        );
+        killed += usize::from(kill_at_random(child, rng, window));
+    }
+    let last = match final_parallelism {
+        Some(p) => spawn(
+            &[
+                "resume",
+                "--data-dir",
+                data_arg,
+                "--parallelism",
+                &p.to_string(),
+            ],
+            cwd,
+        ),
+        None => spawn(&["resume", "--data-dir", data_arg], cwd),
+    };
+    finish(last, "final resume");
+    killed
+}

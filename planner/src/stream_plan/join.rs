@@ -1,0 +1,197 @@
+//! Planning window joins: both inputs behind a keyed exchange on the equality keys, joined per
+//! window by [`WindowJoinSpec`] when the watermark of both passes the window's end.
+
+use std::sync::Arc;
+
+use datafusion::common::DFSchemaRef;
+use datafusion::logical_expr::{Expr, ExprSchemable};
+use datafusion::physical_expr::PhysicalExpr;
+use weir_engine::operators::{JoinKind, JoinSide, WindowJoinSpec};
+use weir_engine::{Partitioning, Stage, StageInput};
+
+use super::{arrow_schema, Stream, StreamPlanner, WindowLineage};
+use crate::error::Result;
+use crate::{invalid, not_supported};
+
+impl StreamPlanner<'_> {
+    /// A window join: both inputs behind a keyed exchange on the equality keys (window columns
+    /// included), joined per window when the watermark passes its end.
+    pub(super) fn plan_join(&mut self, join: &datafusion::logical_expr::Join) -> Result<Stream> {
+        use datafusion::common::{JoinType, NullEquality};
+        use datafusion::logical_expr::type_coercion::binary::comparison_coercion;
+        let kind = match join.join_type {
+            JoinType::Inner => JoinKind::Inner,
+            JoinType::Left => JoinKind::Left,
+            JoinType::Right => JoinKind::Right,
+            JoinType::Full => JoinKind::Full,
+            JoinType::LeftSemi => JoinKind::LeftSemi,
+            JoinType::LeftAnti => JoinKind::LeftAnti,
+            JoinType::RightSemi => JoinKind::RightSemi,
+            JoinType::RightAnti => JoinKind::RightAnti,
+            other => return Err(not_supported!("{other} JOIN in a streaming query")),
+        };
+        if join.null_aware {
+            return Err(not_supported!(
+                "NOT IN (subquery) over a stream; use NOT EXISTS"
+            ));
+        }
+        if join.null_equality == NullEquality::NullEqualsNull {
+            return Err(not_supported!(
+                "IS NOT DISTINCT FROM as a join condition; use ="
+            ));
+        }
+        if join.on.is_empty() {
+            return Err(not_supported!(
+                "JOIN without an equality condition between the two sides (a window join matches window_start / window_end and keys with =)"
+            ));
+        }
+        let left = self.plan(&join.left)?;
+        let right = self.plan(&join.right)?;
+        let lineage = |e: &Expr, s: &Stream| match e {
+            Expr::Column(c) => s
+                .schema
+                .index_of_column(c)
+                .ok()
+                .and_then(|i| s.windows[i].map(|w| (i, w))),
+            _ => None,
+        };
+        let mut windows: Option<((usize, i64), (usize, i64))> = None;
+        let (mut lkeys, mut rkeys) = (Vec::new(), Vec::new());
+        let mut key_text = Vec::new();
+        for (l, r) in &join.on {
+            match (lineage(l, &left), lineage(r, &right)) {
+                (Some((li, WindowLineage::End(a))), Some((ri, WindowLineage::End(b))))
+                    if a == b =>
+                {
+                    windows = Some(((li, 0), (ri, 0)));
+                }
+                // A window_end pair wins over a window_start pair (no shift needed).
+                (Some((li, WindowLineage::Start(a))), Some((ri, WindowLineage::Start(b))))
+                    if a == b && windows.is_none() =>
+                {
+                    windows = Some(((li, a), (ri, a)));
+                }
+                _ => {}
+            }
+            let lt = l.get_type(&left.schema)?;
+            let rt = r.get_type(&right.schema)?;
+            let (l, r) = if lt == rt {
+                (l.clone(), r.clone())
+            } else {
+                let common = comparison_coercion(&lt, &rt).ok_or_else(|| {
+                    invalid!("JOIN compares {l} ({lt}) with {r} ({rt}): no common type")
+                })?;
+                (
+                    l.clone().cast_to(&common, &left.schema)?,
+                    r.clone().cast_to(&common, &right.schema)?,
+                )
+            };
+            key_text.push(format!("{l} = {r}"));
+            lkeys.push(self.physical(&l, &left.schema)?);
+            rkeys.push(self.physical(&r, &right.schema)?);
+        }
+        let bounded = left.bounded && right.bounded;
+        if windows.is_none() && !bounded {
+            return Err(not_supported!(
+                "JOIN of unbounded streams without matching windows: join windowed relations ON l.window_start = r.window_start AND l.window_end = r.window_end (windows of the same size) AND keys"
+            ));
+        }
+        let merged = DFSchemaRef::new(left.schema.join(&right.schema)?);
+        let filter = match &join.filter {
+            Some(f) => Some(self.physical(f, &merged)?),
+            None => None,
+        };
+        let joined_schema = if kind_pairs(kind) {
+            arrow_schema(&join.schema)
+        } else {
+            arrow_schema(&merged)
+        };
+        let out_windows: Vec<Option<WindowLineage>> = {
+            let none = |s: &Stream| vec![None; s.windows.len()];
+            match kind {
+                JoinKind::Inner => [left.windows.clone(), right.windows.clone()].concat(),
+                JoinKind::Left => [left.windows.clone(), none(&right)].concat(),
+                JoinKind::Right => [none(&left), right.windows.clone()].concat(),
+                JoinKind::Full => [none(&left), none(&right)].concat(),
+                JoinKind::LeftSemi | JoinKind::LeftAnti => left.windows.clone(),
+                JoinKind::RightSemi | JoinKind::RightAnti => right.windows.clone(),
+            }
+        };
+        if out_windows.len() != join.schema.fields().len() {
+            return Err(invalid!(
+                "join output has {} columns, expected {}",
+                join.schema.fields().len(),
+                out_windows.len()
+            ));
+        }
+        let description = format!(
+            "WindowJoin ({}, {}): on [{}]{}",
+            join.join_type,
+            if windows.is_some() {
+                "per window"
+            } else {
+                "over the whole input"
+            },
+            key_text.join(", "),
+            join.filter
+                .as_ref()
+                .map(|f| format!(", filter {f}"))
+                .unwrap_or_default()
+        );
+        let spec = WindowJoinSpec {
+            kind,
+            left: JoinSide {
+                schema: arrow_schema(&left.schema),
+                keys: lkeys.clone(),
+                window: windows.map(|w| w.0),
+            },
+            right: JoinSide {
+                schema: arrow_schema(&right.schema),
+                keys: rkeys.clone(),
+                window: windows.map(|w| w.1),
+            },
+            filter,
+            joined_schema,
+            output_schema: arrow_schema(&join.schema),
+            description,
+        };
+        let partitioning = |keys: Vec<Arc<dyn PhysicalExpr>>| {
+            if self.parallelism == 1 {
+                Partitioning::Single
+            } else {
+                Partitioning::Hash(keys)
+            }
+        };
+        let inputs = vec![
+            StageInput {
+                from: left.stage,
+                partitioning: partitioning(lkeys),
+            },
+            StageInput {
+                from: right.stage,
+                partitioning: partitioning(rkeys),
+            },
+        ];
+        self.stages.push(Stage {
+            name: "join".into(),
+            parallelism: self.parallelism,
+            source: None,
+            inputs,
+            chain: vec![Arc::new(spec)],
+        });
+        Ok(Stream {
+            stage: self.stages.len() - 1,
+            schema: join.schema.clone(),
+            windows: out_windows,
+            bounded,
+            unordered: true,
+        })
+    }
+}
+
+fn kind_pairs(kind: JoinKind) -> bool {
+    matches!(
+        kind,
+        JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full
+    )
+}
