@@ -1,5 +1,6 @@
 //! Window joins against DataFusion batch SQL on the same rows: INNER / LEFT / RIGHT / FULL,
-//! with and without a residual ON condition, semi and anti joins, at parallelism 1 and 3.
+//! with and without a residual ON condition, semi and anti joins, at parallelism 1 and 3 and
+//! with every buffered row spilled to the state store.
 //!
 //! Both inputs have disorder within the watermark bound and late rows (see
 //! `common::reference::write_input`). A late row is in no window, so the reference drops it
@@ -121,9 +122,14 @@ fn window_joins_match_batch_sql() {
             extra: " AND l.v + r.v > 900",
         },
     ];
-    for parallelism in [1, 3] {
+    // At parallelism 2 with a one-byte memory budget every buffered batch goes to the store
+    // at once and each window is read back from it when it fires.
+    for (parallelism, budget) in [(1, None), (3, None), (2, Some("1"))] {
         let mut s = session(parallelism);
         run_ddl(&mut s, &ddl);
+        if let Some(b) = budget {
+            common::execute(&mut s, &format!("SET memory_budget = '{b}'")).unwrap();
+        }
         for case in &cases {
             let weir_sql = format!(
                 "SELECT l.id, l.k, l.v, r.id AS rid, r.v AS rv, l.window_start, r.window_end
@@ -147,13 +153,13 @@ fn window_joins_match_batch_sql() {
             assert_eq!(
                 got.len(),
                 expected.len(),
-                "{}{} at parallelism {parallelism}",
+                "{}{} at parallelism {parallelism}, budget {budget:?}",
                 case.join,
                 case.extra
             );
             assert!(
                 got == expected,
-                "{}{} at parallelism {parallelism}: rows differ",
+                "{}{} at parallelism {parallelism}, budget {budget:?}: rows differ",
                 case.join,
                 case.extra
             );
