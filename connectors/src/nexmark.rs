@@ -3,7 +3,7 @@
 //!
 //! Options: `stream` (`person`, `auction` or `bid`; default: the table's name), `events` (total
 //! events over all three streams, as in Flink's nexmark `events.num`; without it the source is
-//! unbounded), `rate` (events per second of wall-clock time, unlimited by default),
+//! unbounded), `rate` (rows per second of wall-clock time and partition, unlimited by default),
 //! `event_rate` (events per second of event time, default 10000), `base_time` (event time of
 //! the first event, ms since the epoch, default 2015-07-15 00:00:00 UTC so runs are
 //! reproducible), `batch_size` (default 8192), `partitions` (default 1: generators run in
@@ -221,8 +221,12 @@ impl SourceFactory for NexmarkSourceFactory {
         let events = self
             .events
             .map_or("unbounded".to_string(), |n| format!("{n} events"));
+        let partitions = match self.partitions {
+            1 => String::new(),
+            n => format!(", {n} partitions"),
+        };
         format!(
-            "NexmarkSource: {:?} stream, {events} as {}",
+            "NexmarkSource: {:?} stream, {events}{partitions} as {}",
             self.stream, self.table
         )
     }
