@@ -12,8 +12,7 @@ mod common;
 use std::path::Path;
 
 use common::{query_sorted, session, text_rows};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use datafusion::prelude::{CsvReadOptions, SessionContext};
+use datafusion::prelude::SessionContext;
 
 fn reference(left: &Path, right: &Path, sql: &str) -> Vec<Vec<String>> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -21,23 +20,8 @@ fn reference(left: &Path, right: &Path, sql: &str) -> Vec<Vec<String>> {
         .unwrap();
     rt.block_on(async {
         let ctx = SessionContext::new();
-        let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
-        let schema = Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("k", DataType::Utf8, false),
-            Field::new("v", DataType::Int64, false),
-            Field::new("ts", ts(), false),
-            Field::new("wprev", ts(), false),
-        ]);
-        for (name, path) in [("lref", left), ("rref", right)] {
-            ctx.register_csv(
-                name,
-                path.to_str().unwrap(),
-                CsvReadOptions::new().schema(&schema).has_header(true),
-            )
-            .await
-            .unwrap();
-        }
+        common::reference::register_reference(&ctx, "lref", left).await;
+        common::reference::register_reference(&ctx, "rref", right).await;
         let df = ctx.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
         let batches = df.collect().await.unwrap_or_else(|e| panic!("{sql}: {e}"));
         let mut rows = text_rows(&batches);

@@ -538,11 +538,7 @@ impl Operator for WindowAggregateOperator {
 
     fn on_watermark(&mut self, watermark: EventTime, out: &mut Output) -> Result<EventTime> {
         self.watermark = self.watermark.max(watermark);
-        let mut ready: Vec<EventTime> = self.store.ready(self.watermark);
-        ready.extend(self.windows.range(..=self.watermark).map(|(end, _)| *end));
-        ready.sort_unstable();
-        ready.dedup();
-        for end in ready {
+        for end in self.store.ready_with(self.watermark, [&self.windows]) {
             self.fire(end, out)?;
         }
         Ok(watermark)

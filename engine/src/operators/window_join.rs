@@ -528,11 +528,11 @@ impl Operator for WindowJoinOperator {
 
     fn on_watermark(&mut self, watermark: EventTime, out: &mut Output) -> Result<EventTime> {
         self.watermark = self.watermark.max(watermark);
-        let mut ready = Vec::new();
-        for side in &self.sides {
-            ready.extend(side.store.ready(self.watermark));
-            ready.extend(side.memory.range(..=self.watermark).map(|(e, _)| *e));
-        }
+        let [left, right] = &self.sides;
+        let mut ready = left
+            .store
+            .ready_with(self.watermark, [&left.memory, &right.memory]);
+        ready.extend(right.store.ready(self.watermark));
         ready.sort_unstable();
         ready.dedup();
         for end in ready {

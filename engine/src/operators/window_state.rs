@@ -158,6 +158,22 @@ impl WindowStore {
         self.stored.range(..=watermark).copied().collect()
     }
 
+    /// Ends of windows at or before `watermark` held here or in `memory` (an operator's
+    /// in-memory windows, by end), in order, each once: the windows to fire.
+    pub fn ready_with<'a, V: 'a>(
+        &self,
+        watermark: EventTime,
+        memory: impl IntoIterator<Item = &'a std::collections::BTreeMap<EventTime, V>>,
+    ) -> Vec<EventTime> {
+        let mut ready = self.ready(watermark);
+        for m in memory {
+            ready.extend(m.range(..=watermark).map(|(end, _)| *end));
+        }
+        ready.sort_unstable();
+        ready.dedup();
+        ready
+    }
+
     /// Whether a window has parts in the store.
     pub fn has(&self, end: EventTime) -> bool {
         self.stored.contains(&end)

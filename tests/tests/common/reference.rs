@@ -61,6 +61,25 @@ pub fn write_input(dir: &Path, rows: usize, max_step: i64, seed: u64) -> (PathBu
     (d, r)
 }
 
+/// Registers a `reference.csv` written by [`write_input`] (`id, k, v, ts, wprev`) as `name`.
+pub async fn register_reference(ctx: &SessionContext, name: &str, reference: &Path) {
+    let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("k", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, false),
+        Field::new("ts", ts(), false),
+        Field::new("wprev", ts(), false),
+    ]);
+    ctx.register_csv(
+        name,
+        reference.to_str().unwrap(),
+        CsvReadOptions::new().schema(&schema).has_header(true),
+    )
+    .await
+    .unwrap();
+}
+
 /// `window_start, window_end, k, n, total` of TUMBLE 10 s over the reference rows that are
 /// not late, by DataFusion, each row's values joined by `sep`, sorted.
 pub fn reference_rows(reference: &Path, sep: &str) -> Vec<String> {
@@ -69,21 +88,7 @@ pub fn reference_rows(reference: &Path, sep: &str) -> Vec<String> {
         .unwrap();
     rt.block_on(async {
         let ctx = SessionContext::new();
-        let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
-        let schema = Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("k", DataType::Utf8, false),
-            Field::new("v", DataType::Int64, false),
-            Field::new("ts", ts(), false),
-            Field::new("wprev", ts(), false),
-        ]);
-        ctx.register_csv(
-            "ref",
-            reference.to_str().unwrap(),
-            CsvReadOptions::new().schema(&schema).has_header(true),
-        )
-        .await
-        .unwrap();
+        register_reference(&ctx, "ref", reference).await;
         let bin = "date_bin(INTERVAL '10 seconds', ts, TIMESTAMP '1970-01-01 00:00:00')";
         let sql = format!(
             "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total FROM (
