@@ -539,7 +539,7 @@ fn a_hundred_concurrent_connections() {
 #[test]
 fn slt_files_pass_over_the_wire_with_sqllogictest_bin() {
     let bin = which("sqllogictest").expect(
-        "sqllogictest-bin is not installed: run scripts/setup.sh (cargo install sqllogictest-bin)",
+        "sqllogictest-bin is not installed: run scripts/setup.sh --tests (cargo install sqllogictest-bin)",
     );
     let tests_dir = std::env::current_dir().unwrap();
     let mut files: Vec<_> = std::fs::read_dir("slt")
@@ -600,7 +600,7 @@ fn python_drivers_psycopg3_and_psycopg2() {
     let python = Path::new(&venv).join("bin/python");
     assert!(
         python.exists(),
-        "{} is missing: run scripts/setup.sh (it makes a virtualenv with psycopg and psycopg2)",
+        "{} is missing: run scripts/setup.sh --tests (it makes a virtualenv with psycopg and psycopg2)",
         python.display()
     );
     let (dir, server, _) = server_with_events(2_000, &[]);

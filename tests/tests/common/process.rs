@@ -17,7 +17,7 @@ pub fn weir_binary() -> PathBuf {
     let bin = dir.join("weir");
     assert!(
         bin.exists(),
-        "{} is missing: run the tests with `cargo test --workspace` so the weir binary is built",
+        "{} is missing: run the tests with `cargo test --release --workspace` so the weir binary is built",
         bin.display()
     );
     bin
