@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use std::time::Duration;
 
 use crate::error::{ConnectorError, Result};
 
@@ -70,6 +71,22 @@ impl Options {
         }
     }
 
+    /// Takes a duration option (`'500ms'`, `'30s'`, `'5 min'`, `'1h'`).
+    pub fn take_duration(&mut self, key: &str) -> Result<Option<Duration>> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(v) => {
+                parse_duration(&v)
+                    .map(Some)
+                    .map_err(|reason| ConnectorError::InvalidOption {
+                        option: key.to_string(),
+                        value: v,
+                        reason,
+                    })
+            }
+        }
+    }
+
     /// Fails if any option was not taken.
     pub fn finish(&self, connector: &str, allowed: &[&str]) -> Result<()> {
         match self.map.keys().next() {
@@ -81,4 +98,32 @@ impl Options {
             }),
         }
     }
+}
+
+/// `'1s'`, `'100ms'`, `'10 seconds'`, `'2 min'`, `'1h'`: a duration of at least 1 ms.
+pub fn parse_duration(value: &str) -> std::result::Result<Duration, String> {
+    let v = value.trim().trim_matches('\'').trim().to_ascii_lowercase();
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (number, unit) = v.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("expected a duration such as '1s' or '100ms', got '{value}'"))?;
+    let scale = match unit.trim() {
+        "ms" | "millisecond" | "milliseconds" => 1e-3,
+        "s" | "sec" | "second" | "seconds" => 1.0,
+        "m" | "min" | "minute" | "minutes" => 60.0,
+        "h" | "hour" | "hours" => 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit in duration '{value}' (use ms, s, min or h)"
+            ))
+        }
+    };
+    let d = Duration::from_secs_f64(number * scale);
+    if d < Duration::from_millis(1) {
+        return Err(format!("duration '{value}' is shorter than 1 ms"));
+    }
+    Ok(d)
 }

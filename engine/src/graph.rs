@@ -56,6 +56,41 @@ pub trait SourceFactory: Send + Sync {
     /// A reader of partition `task.instance`, from the start or from `position` (what
     /// [`SourceReader::position`] returned at a checkpoint).
     fn create(&self, task: &TaskInfo, position: Option<&[u8]>) -> Result<Box<dyn SourceReader>>;
+
+    /// Whether positions are kept per split and any instance can take over any split (Kafka
+    /// partitions), so a checkpoint restores at another number of instances: each instance
+    /// is then handed every old instance's position by [`SourceFactory::create_rescaled`].
+    fn splits_movable(&self) -> bool {
+        false
+    }
+
+    /// A reader of the splits `task.instance` owns, restored from the positions of all the
+    /// instances of the checkpoint (their number differed). Only for
+    /// [`SourceFactory::splits_movable`] sources.
+    fn create_rescaled(
+        &self,
+        task: &TaskInfo,
+        positions: &[&[u8]],
+    ) -> Result<Box<dyn SourceReader>> {
+        let _ = (task, positions);
+        Err(crate::EngineError::Internal(format!(
+            "{} cannot restore at another parallelism",
+            self.describe()
+        )))
+    }
+
+    /// How long a split may stay silent before it leaves the watermark minimum (the source's
+    /// `idle_timeout`; `None`: it never does).
+    fn idle_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// A checkpoint that includes `positions` (this source's, by instance) completed. Sources
+    /// that report progress elsewhere (Kafka group offsets) do it here; failures are the
+    /// source's to log, never the checkpoint's.
+    fn checkpoint_completed(&self, positions: &[&[u8]]) {
+        let _ = positions;
+    }
 }
 
 /// How rows travel from an upstream stage to the instances of a downstream stage.

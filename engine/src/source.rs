@@ -8,8 +8,11 @@ use crate::error::Result;
 /// What a poll of a source returned.
 #[derive(Debug)]
 pub enum SourcePoll {
-    /// New rows, in the partition's order.
+    /// New rows of the reader's only split, in its order.
     Batch(RecordBatch),
+    /// New rows of one split (a partition) of a reader that reads several; each split keeps
+    /// its own watermark (see [`SourceReader::splits`]).
+    SplitBatch { split: u32, batch: RecordBatch },
     /// Nothing available right now (a rate-limited or live source); poll again later.
     Pending,
     /// A bounded source is finished.
@@ -28,6 +31,14 @@ pub trait SourceReader: Send {
     /// Malformed rows skipped so far (when the table asks to skip them).
     fn skipped_rows(&self) -> u64 {
         0
+    }
+
+    /// The splits this reader reads now, each with its own watermark; the instance's watermark
+    /// is the minimum over them, so a split that has delivered nothing yet holds it back. May
+    /// grow while running (a partition added to a topic). Readers of one split keep the
+    /// default.
+    fn splits(&self) -> Vec<u32> {
+        vec![0]
     }
 
     /// Where the next poll reads from (file offset, generator sequence), recorded in each

@@ -540,7 +540,14 @@ impl<'a> StreamPlanner<'a> {
             None => None,
         };
         let bounded = def.source.is_bounded();
+        // A source whose splits can move between instances (Kafka partitions) runs at most at
+        // the job's parallelism; one with fixed partitions (files) runs one per partition.
         let partitions = def.source.partitions()?;
+        let partitions = if def.source.splits_movable() {
+            partitions.clamp(1, self.parallelism)
+        } else {
+            partitions
+        };
         self.stages.push(Stage {
             name: format!("source {table}"),
             parallelism: partitions,

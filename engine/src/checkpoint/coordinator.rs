@@ -12,6 +12,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use super::manifest::{JobDir, Manifest, PendingCommit, SourceCheckpoint, TaskId};
 use super::{CheckpointConfig, Committer, TaskReport};
 use crate::error::{EngineError, Result};
+use crate::graph::SourceFactory;
 use crate::message::{Barrier, BarrierKind};
 
 /// Checkpoints failing in a row before the job stops with the last error.
@@ -113,6 +114,8 @@ pub struct Coordinator {
     uncommitted: Vec<PendingCommit>,
     in_flight: Option<InFlight>,
     consecutive_failures: u64,
+    /// Source factories by stage, told when a checkpoint with their positions completed.
+    source_hooks: Vec<(usize, Arc<dyn SourceFactory>)>,
 }
 
 impl Coordinator {
@@ -140,6 +143,25 @@ impl Coordinator {
             uncommitted: Vec::new(),
             in_flight: None,
             consecutive_failures: 0,
+            source_hooks: Vec::new(),
+        }
+    }
+
+    /// Sources to tell about completed checkpoints (by stage index).
+    pub(crate) fn with_source_hooks(mut self, hooks: Vec<(usize, Arc<dyn SourceFactory>)>) -> Self {
+        self.source_hooks = hooks;
+        self
+    }
+
+    fn tell_sources(&self, manifest: &Manifest) {
+        for (stage, factory) in &self.source_hooks {
+            let positions: Vec<&[u8]> = manifest
+                .sources
+                .iter()
+                .filter(|s| s.task.stage == *stage)
+                .map(|s| s.position.as_slice())
+                .collect();
+            factory.checkpoint_completed(&positions);
         }
     }
 
@@ -310,6 +332,7 @@ impl Coordinator {
         match written {
             Ok(()) => {
                 self.commit_all()?;
+                self.tell_sources(&manifest);
                 self.consecutive_failures = 0;
                 let s = &self.stats;
                 s.completed.fetch_add(1, Ordering::Relaxed);
@@ -366,6 +389,7 @@ impl Coordinator {
         };
         self.dir.write_manifest(&manifest)?;
         self.commit_all()?;
+        self.tell_sources(&manifest);
         self.stats.completed.fetch_add(1, Ordering::Relaxed);
         self.stats.last_epoch.store(self.epoch, Ordering::Relaxed);
         let _ = self.dir.prune(1);

@@ -33,8 +33,10 @@ pub struct SourceCheckpoint {
     pub task: TaskId,
     /// Opaque to the runtime; the connector reads it back.
     pub position: Vec<u8>,
-    /// The partition's watermark (running maximum), so lateness is judged as before.
+    /// The instance's watermark (the minimum over its splits' running maxima).
     pub watermark: EventTime,
+    /// Each split's watermark (running maximum), so lateness is judged as before.
+    pub splits: Vec<(u32, EventTime)>,
 }
 
 /// Output a sink made durable but not visible, to be committed with the checkpoint.
@@ -250,6 +252,7 @@ impl Manifest {
                 "task": task_json(s.task),
                 "position": hex(&s.position),
                 "watermark": s.watermark,
+                "splits": s.splits.iter().map(|(id, w)| json!([id, w])).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "state": self.state.iter().map(|(t, d)| json!({"task": task_json(*t), "dir": d}))
                 .collect::<Vec<_>>(),
@@ -312,6 +315,18 @@ impl Manifest {
                         task: task(&s["task"])?,
                         position: unhex(s["position"].as_str().ok_or_else(|| bad("position"))?)?,
                         watermark: s["watermark"].as_i64().ok_or_else(|| bad("watermark"))?,
+                        splits: match s["splits"].as_array() {
+                            None => Vec::new(),
+                            Some(list) => list
+                                .iter()
+                                .map(|p| {
+                                    Ok((
+                                        p[0].as_u64().ok_or_else(|| bad("splits"))? as u32,
+                                        p[1].as_i64().ok_or_else(|| bad("splits"))?,
+                                    ))
+                                })
+                                .collect::<std::result::Result<_, String>>()?,
+                        },
                     })
                 })
                 .collect::<std::result::Result<_, String>>()?,
@@ -372,6 +387,7 @@ mod tests {
                 },
                 position: vec![0, 1, 255],
                 watermark: -5,
+                splits: vec![(0, -5), (3, 17)],
             }],
             state: vec![(
                 TaskId {

@@ -3,6 +3,7 @@
 mod chain;
 mod input_gate;
 mod outlet;
+mod split_clock;
 mod supervisor;
 mod task;
 
@@ -19,10 +20,10 @@ use crate::checkpoint::{
     SourceCheckpoint, StatsSnapshot, TaskId, TaskLinks,
 };
 use crate::error::{EngineError, Result};
-use crate::event_time::EventTimeAssigner;
 use crate::graph::{JobGraph, Partitioning, TaskInfo};
-use crate::message::Message;
+use crate::message::{Message, WATERMARK_MIN};
 use crate::metrics::{JobMetrics, MetricsSnapshot};
+use crate::runtime::split_clock::SplitClock;
 use crate::state::{RestoreSet, RocksDbStateBackend, StateBackend, StateHandle, TaskState};
 
 pub use chain::Chain;
@@ -162,7 +163,11 @@ impl Restore {
         let m = &self.manifest;
         let same = m.stages.len() == graph.stages.len()
             && m.stages.iter().zip(&graph.stages).all(|((name, p), s)| {
-                name == &s.name && (s.source.is_none() || *p == s.parallelism)
+                name == &s.name
+                    && (*p == s.parallelism
+                        || s.source
+                            .as_ref()
+                            .is_none_or(|src| src.factory.splits_movable()))
             });
         if same {
             Ok(())
@@ -182,6 +187,15 @@ impl Restore {
 
     fn source_position(&self, task: TaskId) -> Option<&SourceCheckpoint> {
         self.manifest.sources.iter().find(|s| s.task == task)
+    }
+
+    /// The positions of every instance of source stage `stage`.
+    fn source_positions(&self, stage: usize) -> Vec<&SourceCheckpoint> {
+        self.manifest
+            .sources
+            .iter()
+            .filter(|s| s.task.stage == stage)
+            .collect()
     }
 
     /// The state a task restores: in place (its old instance's checkpoint copied into its
@@ -376,6 +390,13 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
         shared.cancel.store(true, Ordering::Relaxed);
         e
     };
+    // Sources told when a checkpoint with their positions completed (group offsets).
+    let source_hooks: Vec<(usize, Arc<dyn crate::graph::SourceFactory>)> = graph
+        .stages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.source.as_ref().map(|src| (i, Arc::clone(&src.factory))))
+        .collect();
     for (si, stage) in graph.stages.into_iter().enumerate().rev() {
         let stage_outlets = std::mem::take(&mut outlets[si]);
         let stage_inputs = std::mem::take(&mut receivers[si]);
@@ -431,15 +452,34 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                 last_epoch: restored_epoch,
             });
             let spawned = if let Some(src) = &stage.source {
-                let restored = restore.as_ref().and_then(|r| r.source_position(task));
-                let reader = src
-                    .factory
-                    .create(&info, restored.map(|p| p.position.as_slice()))
-                    .map_err(|e| abort(&shared, e))?;
-                let mut assigner = EventTimeAssigner::new(src.event_time.clone());
-                if let Some(p) = restored {
-                    assigner.restore_watermark(p.watermark);
+                let mut clock = SplitClock::new(src.event_time.clone(), src.factory.idle_timeout());
+                let reader = match restore.as_ref().map(|r| r.source_positions(si)) {
+                    Some(old) if !old.is_empty() && old.len() != stage.parallelism => {
+                        // Rescaled: every instance sees every old position and split
+                        // watermark, and takes its own splits' (a split's watermark only
+                        // rises, so the maximum is the right merge).
+                        let positions: Vec<&[u8]> =
+                            old.iter().map(|p| p.position.as_slice()).collect();
+                        let watermark = old
+                            .iter()
+                            .map(|p| p.watermark)
+                            .min()
+                            .unwrap_or(WATERMARK_MIN);
+                        let splits: Vec<(u32, i64)> =
+                            old.iter().flat_map(|p| p.splits.iter().copied()).collect();
+                        clock.restore(watermark, &splits);
+                        src.factory.create_rescaled(&info, &positions)
+                    }
+                    _ => {
+                        let restored = restore.as_ref().and_then(|r| r.source_position(task));
+                        if let Some(p) = restored {
+                            clock.restore(p.watermark, &p.splits);
+                        }
+                        src.factory
+                            .create(&info, restored.map(|p| p.position.as_slice()))
+                    }
                 }
+                .map_err(|e| abort(&shared, e))?;
                 let control = checkpoint.map(|checkpoint| {
                     let (tx, rx) = bounded(4);
                     barrier_senders.push((task, tx));
@@ -454,7 +494,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                         let r = run_source_task(
                             &info,
                             reader,
-                            assigner,
+                            clock,
                             chain,
                             outs,
                             &shared_t.cancel,
@@ -484,6 +524,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                 barriers: barrier_senders,
                 reports: report_rx,
             };
+
             let coordinator = Coordinator::new(
                 graph.name.clone(),
                 c,
@@ -491,7 +532,8 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                 links,
                 committers,
                 restored_epoch,
-            );
+            )
+            .with_source_hooks(source_hooks);
             let stats = coordinator.stats();
             let shared_c = Arc::clone(&shared);
             let spawned = std::thread::Builder::new()

@@ -3,18 +3,18 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::checkpoint::{JobDir, SourceCheckpoint, TaskId, TaskReport};
-use crate::event_time::EventTimeAssigner;
 use crate::graph::TaskInfo;
 use crate::message::{Barrier, BarrierKind, EventTime, Message, WATERMARK_MAX, WATERMARK_MIN};
 use crate::runtime::chain::Chain;
 use crate::runtime::input_gate::{GateEvent, InputGate};
 use crate::runtime::outlet::{Outlet, TaskExit};
+use crate::runtime::split_clock::SplitClock;
 use crate::source::{SourcePoll, SourceReader};
 use crate::state::TaskState;
 
@@ -127,29 +127,32 @@ pub struct SourceControl {
 fn source_checkpoint(
     task: TaskId,
     reader: &dyn SourceReader,
-    assigner: &EventTimeAssigner,
+    clock: &SplitClock,
 ) -> SourceCheckpoint {
     SourceCheckpoint {
         task,
         position: reader.position(),
-        watermark: assigner.watermark(),
+        watermark: clock.current(),
+        splits: clock.split_watermarks(),
     }
 }
 
-/// Runs a source partition until it is exhausted, stopped or cancelled.
+/// Runs a source instance until it is exhausted, stopped or cancelled.
 pub fn run_source_task(
     info: &TaskInfo,
     mut reader: Box<dyn SourceReader>,
-    mut assigner: EventTimeAssigner,
+    mut clock: SplitClock,
     mut chain: Chain,
     mut outlets: Outlets,
     cancel: &AtomicBool,
     mut control: Option<SourceControl>,
 ) -> Result<(), TaskExit> {
     let mut sent_watermark = WATERMARK_MIN;
-    // A restored partition starts from its checkpointed watermark.
-    if assigner.watermark() > sent_watermark {
-        sent_watermark = assigner.watermark();
+    clock.sync(&reader.splits(), Instant::now());
+    // A restored instance starts from its checkpointed watermark.
+    let restored = clock.watermark(Instant::now());
+    if restored > sent_watermark {
+        sent_watermark = restored;
         outlets.watermark(&mut chain, sent_watermark)?;
     }
     let mut skipped = 0;
@@ -159,7 +162,7 @@ pub fn run_source_task(
         }
         if let Some(c) = control.as_mut() {
             while let Ok(barrier) = c.barriers.try_recv() {
-                let position = source_checkpoint(c.checkpoint.task, reader.as_ref(), &assigner);
+                let position = source_checkpoint(c.checkpoint.task, reader.as_ref(), &clock);
                 c.checkpoint.ack(&mut chain, barrier, Some(position))?;
                 outlets.control(Message::Barrier(barrier))?;
                 if barrier.kind == BarrierKind::Stop {
@@ -167,10 +170,19 @@ pub fn run_source_task(
                 }
             }
         }
-        match reader.poll_next()? {
-            SourcePoll::Batch(batch) => {
+        let polled = reader.poll_next()?;
+        let now = Instant::now();
+        let (split, batch) = match polled {
+            SourcePoll::Batch(batch) => (0, Some(batch)),
+            SourcePoll::SplitBatch { split, batch } => (split, Some(batch)),
+            SourcePoll::Pending => (0, None),
+            SourcePoll::Exhausted => break,
+        };
+        clock.sync(&reader.splits(), now);
+        match batch {
+            Some(batch) => {
                 info.metrics.add_rows_in(batch.num_rows() as u64);
-                let assigned = assigner.assign(batch)?;
+                let assigned = clock.assign(split, batch, now)?;
                 if assigned.late_rows > 0 {
                     info.metrics.add_late_rows(assigned.late_rows);
                 }
@@ -178,14 +190,14 @@ pub fn run_source_task(
                     let out = chain.process(batch, 0)?;
                     outlets.batches(out)?;
                 }
-                let w = assigner.watermark();
-                if w > sent_watermark {
-                    sent_watermark = w;
-                    outlets.watermark(&mut chain, w)?;
-                }
             }
-            SourcePoll::Pending => std::thread::sleep(IDLE_POLL),
-            SourcePoll::Exhausted => break,
+            None => std::thread::sleep(IDLE_POLL),
+        }
+        // Also without rows: a split may just have become idle.
+        let w = clock.watermark(now);
+        if w > sent_watermark {
+            sent_watermark = w;
+            outlets.watermark(&mut chain, w)?;
         }
         let now_skipped = reader.skipped_rows();
         if now_skipped > skipped {
@@ -199,7 +211,7 @@ pub fn run_source_task(
     let Some(mut c) = control else {
         return Ok(());
     };
-    let last = source_checkpoint(c.checkpoint.task, reader.as_ref(), &assigner);
+    let last = source_checkpoint(c.checkpoint.task, reader.as_ref(), &clock);
     c.checkpoint.finished(&mut chain, Some(last.clone()))?;
     // Checkpoints of the rest of the job go on: acknowledge them with the final position
     // until the coordinator is done.

@@ -11,30 +11,7 @@ use crate::invalid;
 
 /// `'1s'`, `'100ms'`, `'10 seconds'`, `'2 min'`: a positive duration.
 pub(super) fn parse_duration(value: &str) -> Result<Duration> {
-    let v = value.trim().trim_matches('\'').trim().to_ascii_lowercase();
-    let split = v
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(v.len());
-    let (number, unit) = v.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| invalid!("expected a duration such as '1s' or '100ms', got '{value}'"))?;
-    let scale = match unit.trim() {
-        "ms" | "millisecond" | "milliseconds" => 1e-3,
-        "s" | "sec" | "second" | "seconds" => 1.0,
-        "m" | "min" | "minute" | "minutes" => 60.0,
-        "h" | "hour" | "hours" => 3600.0,
-        _ => {
-            return Err(invalid!(
-                "unknown unit in duration '{value}' (use ms, s, min or h)"
-            ))
-        }
-    };
-    let d = Duration::from_secs_f64(number * scale);
-    if d < Duration::from_millis(1) {
-        return Err(invalid!("duration '{value}' is shorter than 1 ms"));
-    }
-    Ok(d)
+    weir_connectors::options::parse_duration(value).map_err(|e| invalid!("{e}"))
 }
 
 /// `'1048576'`, `'64KB'`, `'256MB'`, `'2GB'` (binary units): a positive size in bytes.

@@ -1,0 +1,228 @@
+//! Event time of one source instance over its splits (DESIGN.md §3): a reader may read several
+//! partitions (a Kafka source instance owns every partition `p` with `p % instances ==
+//! instance`), and each keeps its own running watermark, against which its own rows are judged
+//! late. The instance's watermark is the minimum over its splits, so a partition that lags holds
+//! the windows back instead of seeing its rows dropped.
+//!
+//! - `idle_timeout` (opt-in): a split that delivered nothing for that long leaves the minimum
+//!   until it delivers again. When it does, its watermark is raised to the instance's, so its
+//!   rows for windows that already fired count as late instead of reaching them. Liveness over
+//!   determinism: whether a row is late then depends on timing.
+//! - A split that appears while running (a partition added to a topic) starts at the
+//!   instance's watermark, for the same reason.
+//! - When every split is idle the instance's watermark stays where it is.
+//!
+//! A reader with one split (files, the generator) goes through the same code with split 0.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::Result;
+use crate::event_time::{Assigned, EventTimeAssigner, EventTimeSpec};
+use crate::message::{EventTime, WATERMARK_MIN};
+
+struct Split {
+    assigner: EventTimeAssigner,
+    last_active: Instant,
+    idle: bool,
+}
+
+/// The event-time assigners of one source instance, one per split.
+pub struct SplitClock {
+    spec: EventTimeSpec,
+    splits: BTreeMap<u32, Split>,
+    idle_timeout: Option<Duration>,
+    /// The instance's watermark as last computed; never goes backwards.
+    watermark: EventTime,
+    /// Checkpointed watermarks of splits this instance has not seen yet.
+    restored: BTreeMap<u32, EventTime>,
+}
+
+impl SplitClock {
+    pub fn new(spec: EventTimeSpec, idle_timeout: Option<Duration>) -> Self {
+        Self {
+            spec,
+            splits: BTreeMap::new(),
+            idle_timeout,
+            watermark: WATERMARK_MIN,
+            restored: BTreeMap::new(),
+        }
+    }
+
+    /// Continues from a checkpoint: the instance's watermark and each split's.
+    pub fn restore(&mut self, watermark: EventTime, splits: &[(u32, EventTime)]) {
+        self.watermark = self.watermark.max(watermark);
+        for &(split, w) in splits {
+            let e = self.restored.entry(split).or_insert(w);
+            *e = (*e).max(w);
+        }
+        for (id, split) in self.splits.iter_mut() {
+            if let Some(w) = self.restored.get(id) {
+                split.assigner.restore_watermark(*w);
+            }
+        }
+    }
+
+    /// Makes the set of splits match what the reader reads now.
+    pub fn sync(&mut self, splits: &[u32], now: Instant) {
+        if splits.len() == self.splits.len() && splits.iter().all(|s| self.splits.contains_key(s)) {
+            return;
+        }
+        self.splits.retain(|id, _| splits.contains(id));
+        for &id in splits {
+            if self.splits.contains_key(&id) {
+                continue;
+            }
+            let mut assigner = EventTimeAssigner::new(self.spec.clone());
+            // A split with a checkpointed watermark continues from it; a new one starts at the
+            // instance's watermark (rows below it are late, as windows below it have fired).
+            let start = self.restored.get(&id).copied().unwrap_or(self.watermark);
+            assigner.restore_watermark(start.max(self.watermark));
+            self.splits.insert(
+                id,
+                Split {
+                    assigner,
+                    last_active: now,
+                    idle: false,
+                },
+            );
+        }
+    }
+
+    /// Judges and assigns `batch`, read from `split`.
+    pub fn assign(&mut self, split: u32, batch: RecordBatch, now: Instant) -> Result<Assigned> {
+        if !self.splits.contains_key(&split) {
+            let mut ids: Vec<u32> = self.splits.keys().copied().collect();
+            ids.push(split);
+            self.sync(&ids, now);
+        }
+        let instance = self.watermark;
+        let s = self
+            .splits
+            .get_mut(&split)
+            .ok_or_else(|| crate::EngineError::Internal(format!("split {split} vanished")))?;
+        if s.idle {
+            // Back from idle: windows up to the instance's watermark may have fired.
+            s.assigner.restore_watermark(instance);
+            s.idle = false;
+        }
+        s.last_active = now;
+        s.assigner.assign(batch)
+    }
+
+    /// The instance's watermark now: the minimum over splits that are not idle.
+    pub fn watermark(&mut self, now: Instant) -> EventTime {
+        if let Some(timeout) = self.idle_timeout {
+            for s in self.splits.values_mut() {
+                if !s.idle && now.duration_since(s.last_active) >= timeout {
+                    s.idle = true;
+                }
+            }
+        }
+        let min = self
+            .splits
+            .values()
+            .filter(|s| !s.idle)
+            .map(|s| s.assigner.watermark())
+            .min();
+        if let Some(min) = min {
+            self.watermark = self.watermark.max(min);
+        }
+        self.watermark
+    }
+
+    /// Each split's watermark, for a checkpoint (splits not seen yet keep their restored one).
+    pub fn split_watermarks(&self) -> Vec<(u32, EventTime)> {
+        let mut out = self.restored.clone();
+        for (id, s) in &self.splits {
+            out.insert(*id, s.assigner.watermark());
+        }
+        out.into_iter().collect()
+    }
+
+    /// The instance's watermark as last computed.
+    pub fn current(&self) -> EventTime {
+        self.watermark
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::TimestampNanosecondArray;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::physical_expr::expressions::Column;
+    use std::sync::Arc;
+
+    fn spec() -> EventTimeSpec {
+        EventTimeSpec {
+            watermark: Some(Arc::new(Column::new("ts", 0))),
+            window: None,
+        }
+    }
+
+    fn batch(times: &[i64]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Nanosecond, None),
+            true,
+        )]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(TimestampNanosecondArray::from(times.to_vec()))],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_slowest_split_holds_the_watermark() {
+        let now = Instant::now();
+        let mut clock = SplitClock::new(spec(), None);
+        clock.sync(&[0, 1], now);
+        clock.assign(0, batch(&[100, 200]), now).unwrap();
+        assert_eq!(
+            clock.watermark(now),
+            WATERMARK_MIN,
+            "split 1 has said nothing"
+        );
+        clock.assign(1, batch(&[50]), now).unwrap();
+        assert_eq!(clock.watermark(now), 50);
+        clock.assign(1, batch(&[300]), now).unwrap();
+        assert_eq!(clock.watermark(now), 200);
+        assert_eq!(clock.split_watermarks(), vec![(0, 200), (1, 300)]);
+    }
+
+    #[test]
+    fn an_idle_split_leaves_the_minimum_and_comes_back_at_the_instance_watermark() {
+        let t0 = Instant::now();
+        let mut clock = SplitClock::new(spec(), Some(Duration::from_secs(5)));
+        clock.sync(&[0, 1], t0);
+        clock.assign(1, batch(&[10]), t0).unwrap();
+        clock
+            .assign(0, batch(&[100]), t0 + Duration::from_secs(6))
+            .unwrap();
+        assert_eq!(clock.watermark(t0 + Duration::from_secs(6)), 100);
+        // Split 1 speaks again with a row below the instance's watermark: it is judged against
+        // 100, not against its own 10.
+        clock
+            .assign(1, batch(&[20]), t0 + Duration::from_secs(7))
+            .unwrap();
+        assert_eq!(clock.split_watermarks(), vec![(0, 100), (1, 100)]);
+        assert_eq!(clock.watermark(t0 + Duration::from_secs(7)), 100);
+    }
+
+    #[test]
+    fn restored_splits_continue_from_their_watermarks() {
+        let now = Instant::now();
+        let mut clock = SplitClock::new(spec(), None);
+        clock.restore(40, &[(0, 40), (1, 70)]);
+        clock.sync(&[1], now);
+        assert_eq!(clock.watermark(now), 70);
+        assert_eq!(clock.split_watermarks(), vec![(0, 40), (1, 70)]);
+        // A split never seen before starts at the instance's watermark.
+        clock.sync(&[1, 5], now);
+        assert_eq!(clock.split_watermarks(), vec![(0, 40), (1, 70), (5, 70)]);
+    }
+}
