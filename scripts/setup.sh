@@ -43,9 +43,12 @@ libclang_candidates() {
 have_libclang() {
   local lib
   for lib in $(libclang_candidates); do
-    if [ -f "$lib" ] && nm -D --defined-only "$lib" 2>/dev/null | grep -qw clang_createIndex; then
-      return 0
-    fi
+    # Not `nm | grep -q`: under pipefail, grep quitting early kills nm with SIGPIPE and the
+    # check fails at random.
+    [ -f "$lib" ] || continue
+    case " $(nm -D --defined-only "$lib" 2>/dev/null | awk '{sub(/@.*/, "", $NF); print $NF}' | tr '\n' ' ') " in
+      *" clang_createIndex "*) return 0 ;;
+    esac
   done
   return 1
 }
