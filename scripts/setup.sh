@@ -6,7 +6,8 @@
 #                               (librocksdb-sys runs bindgen, which dlopens libclang)
 #   scripts/setup.sh --tests    also what the tests use: PostgreSQL server binaries (the
 #                               postgres sink's tests start a real server), psql, a Python
-#                               virtualenv with psycopg 3 and psycopg2, and sqllogictest-bin
+#                               virtualenv with psycopg 3 and psycopg2, sqllogictest-bin, and
+#                               tansu (a Kafka-compatible broker with transactions)
 #   scripts/setup.sh --check    install nothing; report what is missing (exit 1 if anything)
 #
 # Each check tests the very file or command that is used, not a look-alike: libclang-cpp.so
@@ -67,6 +68,8 @@ have_python_venv() { python3 -c 'import venv, ensurepip' >/dev/null 2>&1; }
 
 VENV="${WEIR_VENV:-/var/tmp/weir-venv}"
 have_drivers() { "$VENV/bin/python" -c 'import psycopg, psycopg2' >/dev/null 2>&1; }
+TOOLS="${WEIR_TOOLS:-/var/tmp/weir-tools}"
+have_tansu() { [ -x "$TOOLS/tansu/bin/tansu" ]; }
 sqllogictest_bin() { command -v sqllogictest 2>/dev/null || ls "$HOME/.cargo/bin/sqllogictest" 2>/dev/null; }
 have_sqllogictest() { [ -n "$(sqllogictest_bin)" ] && "$(sqllogictest_bin)" --version >/dev/null 2>&1; }
 
@@ -97,6 +100,7 @@ if [ "$mode" = check ] || [ "$mode" = check-tests ]; then
   if [ "$mode" = check-tests ]; then
     have_drivers || { echo "setup: missing: psycopg and psycopg2 in $VENV (scripts/setup.sh --tests)" >&2; fail=1; }
     have_sqllogictest || { echo "setup: missing: sqllogictest-bin (scripts/setup.sh --tests)" >&2; fail=1; }
+    have_tansu || { echo "setup: missing: tansu in $TOOLS/tansu (scripts/setup.sh --tests)" >&2; fail=1; }
   fi
   command -v cargo >/dev/null 2>&1 || { echo "setup: missing: cargo (install Rust with rustup)" >&2; fail=1; }
   [ "$fail" -eq 0 ] && echo "setup: everything needed is present" >&2
@@ -145,4 +149,15 @@ if ! have_sqllogictest; then
     cargo install --locked --quiet sqllogictest-bin --version 0.29.1
   rm -rf "${TMPDIR:-/tmp}/weir-sqllogictest-build"
   have_sqllogictest || { echo "setup: sqllogictest-bin did not install" >&2; exit 1; }
+fi
+
+# The Kafka tests' broker: no Apache Kafka distribution is reachable from this machine's
+# registries; tansu (crates.io) speaks the protocol, with transactions. Built once into a
+# cached folder (about 11 minutes on 2 cores).
+if ! have_tansu; then
+  echo "setup: cargo install tansu 0.6.0 into $TOOLS/tansu" >&2
+  CARGO_TARGET_DIR="${TMPDIR:-/tmp}/weir-tansu-build" \
+    cargo install --locked --quiet tansu --version 0.6.0 --features dynostore --root "$TOOLS/tansu"
+  rm -rf "${TMPDIR:-/tmp}/weir-tansu-build"
+  have_tansu || { echo "setup: tansu did not install" >&2; exit 1; }
 fi

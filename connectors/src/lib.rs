@@ -6,6 +6,7 @@
 pub mod display;
 pub mod error;
 pub mod file;
+pub mod kafka;
 pub mod nexmark;
 pub mod options;
 pub mod rate;
@@ -20,18 +21,21 @@ pub use error::{ConnectorError, Result};
 pub use options::Options;
 
 /// The connectors a table can name.
-pub const SOURCE_CONNECTORS: &[&str] = &["file", "nexmark"];
+pub const SOURCE_CONNECTORS: &[&str] = &["file", "kafka", "nexmark"];
 /// The connectors a sink can name.
-pub const SINK_CONNECTORS: &[&str] = &["file", "postgres", "blackhole"];
+pub const SINK_CONNECTORS: &[&str] = &["file", "kafka", "postgres", "blackhole"];
 
-/// Builds a sink from its WITH options; `job` names the job (part files carry it).
+pub use kafka::sink::SinkContext;
+
+/// Builds a sink from its WITH options; `ctx.job` names the job (part files carry it).
 pub fn create_sink(
     sink: &str,
-    job: &str,
     schema: SchemaRef,
     options: &Options,
-    exactly_once: bool,
+    ctx: &SinkContext,
 ) -> Result<Arc<dyn OperatorFactory>> {
+    let job = ctx.job.as_str();
+    let exactly_once = ctx.exactly_once;
     let mut options = options.clone();
     let connector = options.take_required("connector")?;
     match connector.as_str() {
@@ -48,6 +52,12 @@ pub fn create_sink(
             schema,
             &mut options,
             exactly_once,
+        )?)),
+        "kafka" => Ok(Arc::new(kafka::KafkaSinkFactory::from_options(
+            sink,
+            schema,
+            &mut options,
+            ctx,
         )?)),
         "blackhole" => Ok(Arc::new(sinks::BlackholeSinkFactory::from_options(
             sink,
@@ -77,6 +87,18 @@ pub fn create_source(
                 ))
             })?;
             Ok(Arc::new(file::FileSourceFactory::from_options(
+                table,
+                schema,
+                &mut options,
+            )?))
+        }
+        "kafka" => {
+            let schema = schema.ok_or_else(|| {
+                ConnectorError::Schema(format!(
+                    "table {table}: connector 'kafka' needs a column list"
+                ))
+            })?;
+            Ok(Arc::new(kafka::KafkaSourceFactory::from_options(
                 table,
                 schema,
                 &mut options,

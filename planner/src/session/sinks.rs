@@ -9,7 +9,7 @@ use std::time::Duration;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::sql::sqlparser::ast::{CreateTable, Insert, Statement, TableObject};
 use weir_connectors::sinks::{ViewSinkFactory, ViewSourceFactory};
-use weir_connectors::{create_sink, Options};
+use weir_connectors::{create_sink, Options, SinkContext};
 use weir_engine::checkpoint::CheckpointConfig;
 use weir_engine::runtime::{spawn_supervised, RestartPolicy};
 use weir_engine::OperatorFactory;
@@ -195,12 +195,22 @@ impl Session {
                 exactly_once: settings.exactly_once,
             })
         } else {
+            let job_dir = self
+                .config
+                .data_dir
+                .clone()
+                .or_else(|| self.view_data_dir.clone())
+                .map(|data| job_dir(&data, name));
             create_sink(
-                name,
                 name,
                 Arc::clone(&schema),
                 &options,
-                settings.exactly_once,
+                &SinkContext {
+                    job: name.to_string(),
+                    job_dir,
+                    exactly_once: settings.exactly_once,
+                    checkpoint_interval: settings.checkpoint_interval,
+                },
             )?
         };
         let planner = StreamPlanner::new(

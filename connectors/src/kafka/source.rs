@@ -1,0 +1,805 @@
+//! The Kafka source: `CREATE TABLE t (...) WITH (connector = 'kafka', topic = '...',
+//! bootstrap_servers = '...', format = 'json' | 'csv' | 'raw', ...)`.
+//!
+//! Options: `topic` (a name or a comma-separated list), `bootstrap_servers`, `format`
+//! (default json), `delimiter` (csv), `startup` (`earliest` default, `latest`, `group`,
+//! `timestamp:<ms>`), `group_id` (offsets are committed there after each completed checkpoint,
+//! for lag tools only; `startup = 'group'` starts from them), `include` (record metadata as
+//! columns: `key, topic, partition, offset, timestamp, headers`, each `[AS column]`, default
+//! column `kafka_<field>`), `bad_rows` (`fail` default, `skip`), `batch_size`, `idle_timeout`,
+//! `partition_discovery` (default 30 s), `stop_at` (`end`: read up to the ends the partitions
+//! had when the job started, then finish, so the table is bounded), `rate` (at most that many
+//! rows per second per instance, for demos and tests), `request_timeout`.
+//!
+//! Partitions are assigned by weir, never by a consumer group: partition `p` of topic `t` goes
+//! to instance `(hash(t) + p) % instances` (as Flink's source does), new partitions are picked
+//! up every `partition_discovery` and read from their start. Each partition is a split with
+//! its own watermark (the runtime takes the minimum). The position at a checkpoint is the next
+//! offset of every partition the instance reads; on a restart at another parallelism every
+//! instance gets every old position and takes its own partitions'.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use weir_engine::{
+    EngineError, Result as EngineResult, SourceFactory, SourcePoll, SourceReader, TaskInfo,
+};
+
+use super::client::Cluster;
+use super::consumer::{self, OffsetSpec};
+use super::values::{RowLayout, ValueFormat};
+use super::{engine_error, topic_list, KafkaConfig};
+use crate::error::{ConnectorError, Result};
+use crate::file::BadRows;
+use crate::options::Options;
+use crate::rate::RateLimit;
+
+const OPTIONS: &[&str] = &[
+    "connector",
+    "topic",
+    "bootstrap_servers",
+    "format",
+    "delimiter",
+    "startup",
+    "group_id",
+    "include",
+    "bad_rows",
+    "batch_size",
+    "idle_timeout",
+    "partition_discovery",
+    "stop_at",
+    "request_timeout",
+    "rate",
+];
+
+/// How long a fetch waits on the broker for data. Barriers are taken between polls, so this
+/// bounds how long a checkpoint waits on an idle source.
+const FETCH_WAIT: Duration = Duration::from_millis(50);
+/// Bytes per partition per fetch.
+const FETCH_BYTES: i32 = 1 << 20;
+/// Splits are numbered `topic index << SPLIT_TOPIC_SHIFT | partition`.
+const SPLIT_TOPIC_SHIFT: u32 = 20;
+
+/// Where a partition seen for the first time starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Startup {
+    Earliest,
+    Latest,
+    Group,
+    Timestamp(i64),
+}
+
+/// Plan node of a Kafka source.
+#[derive(Debug)]
+pub struct KafkaSourceFactory {
+    pub table: String,
+    pub config: KafkaConfig,
+    pub topics: Vec<String>,
+    pub layout: RowLayout,
+    pub startup: Startup,
+    pub group_id: Option<String>,
+    pub bad_rows: BadRows,
+    pub batch_size: usize,
+    pub idle_timeout: Option<Duration>,
+    pub discovery: Duration,
+    pub stop_at_end: bool,
+    pub rate: Option<u64>,
+    /// Connection for committing group offsets after checkpoints.
+    group_client: Mutex<Option<Cluster>>,
+}
+
+impl KafkaSourceFactory {
+    /// Validates the options and checks, now, that the brokers answer and every topic exists.
+    pub fn from_options(table: &str, schema: SchemaRef, options: &mut Options) -> Result<Self> {
+        let config = KafkaConfig::from_options(options)?;
+        let topics = topic_list("topic", &options.take_required("topic")?)?;
+        let format = match options
+            .take("format")
+            .unwrap_or_else(|| "json".into())
+            .to_ascii_lowercase()
+            .as_str()
+        {
+            "json" => ValueFormat::Json,
+            "csv" => ValueFormat::Csv {
+                delimiter: match options.take("delimiter").as_deref() {
+                    None => b',',
+                    Some("\\t") | Some("\t") => b'\t',
+                    Some(d) if d.len() == 1 => d.as_bytes()[0],
+                    Some(d) => {
+                        return Err(ConnectorError::InvalidOption {
+                            option: "delimiter".into(),
+                            value: d.into(),
+                            reason: "expected one character".into(),
+                        })
+                    }
+                },
+            },
+            "raw" => ValueFormat::Raw,
+            other => {
+                return Err(ConnectorError::InvalidOption {
+                    option: "format".into(),
+                    value: other.into(),
+                    reason: "expected 'json', 'csv' or 'raw'".into(),
+                })
+            }
+        };
+        if format != (ValueFormat::Csv { delimiter: b',' })
+            && !matches!(format, ValueFormat::Csv { .. })
+            && options.get("delimiter").is_some()
+        {
+            return Err(ConnectorError::InvalidOption {
+                option: "delimiter".into(),
+                value: options.get("delimiter").unwrap_or_default().into(),
+                reason: "only for format 'csv'".into(),
+            });
+        }
+        let group_id = options.take("group_id");
+        let startup = match options.take("startup") {
+            None => Startup::Earliest,
+            Some(s) => match s.trim().to_ascii_lowercase().as_str() {
+                "earliest" => Startup::Earliest,
+                "latest" => Startup::Latest,
+                "group" => Startup::Group,
+                t if t.starts_with("timestamp:") => {
+                    Startup::Timestamp(t["timestamp:".len()..].trim().parse().map_err(|_| {
+                        ConnectorError::InvalidOption {
+                            option: "startup".into(),
+                            value: s.clone(),
+                            reason: "expected timestamp:<milliseconds since 1970>".into(),
+                        }
+                    })?)
+                }
+                _ => {
+                    return Err(ConnectorError::InvalidOption {
+                        option: "startup".into(),
+                        value: s,
+                        reason: "expected earliest, latest, group or timestamp:<ms>".into(),
+                    })
+                }
+            },
+        };
+        if startup == Startup::Group && group_id.is_none() {
+            return Err(ConnectorError::InvalidOption {
+                option: "startup".into(),
+                value: "group".into(),
+                reason: "starting from a group's offsets needs group_id".into(),
+            });
+        }
+        let include = options.take("include");
+        let bad_rows = match options.take("bad_rows").as_deref() {
+            None | Some("fail") => BadRows::Fail,
+            Some("skip") => BadRows::Skip,
+            Some(other) => {
+                return Err(ConnectorError::InvalidOption {
+                    option: "bad_rows".into(),
+                    value: other.into(),
+                    reason: "expected 'fail' or 'skip'".into(),
+                })
+            }
+        };
+        let batch_size = options
+            .take_parsed::<usize>("batch_size", "a positive number")?
+            .unwrap_or(8192)
+            .max(1);
+        let idle_timeout = options.take_duration("idle_timeout")?;
+        let discovery = options
+            .take_duration("partition_discovery")?
+            .unwrap_or(Duration::from_secs(30));
+        let stop_at_end = match options.take("stop_at").as_deref() {
+            None => false,
+            Some("end") => true,
+            Some(other) => {
+                return Err(ConnectorError::InvalidOption {
+                    option: "stop_at".into(),
+                    value: other.into(),
+                    reason: "expected 'end' (read up to the partitions' ends at the start)".into(),
+                })
+            }
+        };
+        let rate = options.take_parsed::<u64>("rate", "rows per second, a positive number")?;
+        if rate == Some(0) {
+            return Err(ConnectorError::InvalidOption {
+                option: "rate".into(),
+                value: "0".into(),
+                reason: "expected rows per second, a positive number".into(),
+            });
+        }
+        options.finish("kafka", OPTIONS)?;
+        let layout = RowLayout::new(table, schema, include.as_deref(), format)?;
+        let me = Self {
+            table: table.to_string(),
+            config,
+            topics,
+            layout,
+            startup,
+            group_id,
+            bad_rows,
+            batch_size,
+            idle_timeout,
+            discovery,
+            stop_at_end,
+            rate,
+            group_client: Mutex::new(None),
+        };
+        // Fail now, naming the servers or the topic, rather than when the job starts.
+        let mut cluster = me.config.connect(&format!("table {table}"))?;
+        me.all_partitions(&mut cluster)?;
+        Ok(me)
+    }
+
+    /// Every (topic index, partition) of the topics.
+    fn all_partitions(&self, cluster: &mut Cluster) -> EngineResult<Vec<(usize, i32)>> {
+        let names: Vec<&str> = self.topics.iter().map(|s| s.as_str()).collect();
+        cluster.refresh(&names).map_err(|e| {
+            if e.code() == Some(kafka_protocol::error::ResponseError::UnknownTopicOrPartition) {
+                EngineError::BadInput(format!(
+                    "table {}: {e}: the topic does not exist on '{}'",
+                    self.table, self.config.bootstrap_servers
+                ))
+            } else {
+                engine_error(&format!("table {}", self.table), e)
+            }
+        })?;
+        let mut out = Vec::new();
+        for (i, t) in self.topics.iter().enumerate() {
+            let parts = cluster
+                .partitions(t)
+                .map_err(|e| engine_error(&format!("table {}", self.table), e))?;
+            out.extend(parts.iter().map(|p| (i, p.partition)));
+        }
+        Ok(out)
+    }
+
+    fn reader(&self, task: &TaskInfo, positions: &[&[u8]]) -> EngineResult<Box<dyn SourceReader>> {
+        let mut restored = Position::default();
+        for p in positions {
+            let p = Position::decode(p).ok_or_else(|| {
+                EngineError::State(format!(
+                    "table {}: unreadable checkpointed Kafka position",
+                    self.table
+                ))
+            })?;
+            restored.offsets.extend(p.offsets);
+            restored.stops.extend(p.stops);
+        }
+        let cluster = self.config.connect(&format!("table {}", self.table))?;
+        let mut reader = KafkaReader {
+            spec: self.clone_spec(),
+            cluster,
+            instance: task.instance,
+            instances: task.parallelism,
+            owned: BTreeMap::new(),
+            restored,
+            fresh: positions.is_empty(),
+            discovered: false,
+            pending: VecDeque::new(),
+            next_discovery: Instant::now(),
+            skipped: 0,
+            rate: RateLimit::new(self.rate),
+        };
+        reader.discover()?;
+        Ok(Box::new(reader))
+    }
+
+    fn clone_spec(&self) -> Arc<Spec> {
+        Arc::new(Spec {
+            table: self.table.clone(),
+            topics: self.topics.clone(),
+            layout: self.layout.clone(),
+            startup: self.startup,
+            group_id: self.group_id.clone(),
+            bad_rows: self.bad_rows,
+            batch_size: self.batch_size,
+            discovery: self.discovery,
+            stop_at_end: self.stop_at_end,
+            assignment: Assignment {
+                topics: self.topics.clone(),
+            },
+        })
+    }
+}
+
+/// What a reader needs of its factory.
+struct Spec {
+    table: String,
+    topics: Vec<String>,
+    layout: RowLayout,
+    startup: Startup,
+    group_id: Option<String>,
+    bad_rows: BadRows,
+    batch_size: usize,
+    discovery: Duration,
+    stop_at_end: bool,
+    assignment: Assignment,
+}
+
+/// Which instance reads which partition: `(hash(topic) + partition) % instances`, with a hash
+/// that is the same in every run (checkpoints rely on it).
+struct Assignment {
+    topics: Vec<String>,
+}
+
+impl Assignment {
+    fn owner(&self, topic: usize, partition: i32, instances: usize) -> usize {
+        // FNV-1a of the topic name.
+        let mut h: u32 = 0x811c_9dc5;
+        for b in self.topics[topic].bytes() {
+            h ^= b as u32;
+            h = h.wrapping_mul(0x0100_0193);
+        }
+        ((h as usize & 0x7fff_ffff) + partition.max(0) as usize) % instances.max(1)
+    }
+}
+
+/// A checkpointed position: next offset (and, with `stop_at = 'end'`, the end) of every
+/// partition, keyed `topic/partition`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Position {
+    offsets: BTreeMap<String, i64>,
+    stops: BTreeMap<String, i64>,
+}
+
+impl Position {
+    fn encode(&self) -> Vec<u8> {
+        serde_json::json!({"offsets": self.offsets, "stops": self.stops})
+            .to_string()
+            .into_bytes()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+        let map = |name: &str| -> Option<BTreeMap<String, i64>> {
+            v.get(name)?
+                .as_object()?
+                .iter()
+                .map(|(k, o)| Some((k.clone(), o.as_i64()?)))
+                .collect()
+        };
+        Some(Self {
+            offsets: map("offsets")?,
+            stops: map("stops").unwrap_or_default(),
+        })
+    }
+}
+
+fn key(topic: &str, partition: i32) -> String {
+    format!("{topic}/{partition}")
+}
+
+struct Owned {
+    /// The next offset not yet handed to the job: the checkpointed position.
+    offset: i64,
+    /// The next offset to fetch (ahead of `offset` while fetched rows wait in `pending`).
+    fetch_offset: i64,
+    stop: Option<i64>,
+}
+
+/// Fetched rows not yet handed to the job.
+struct Pending {
+    part: (usize, i32),
+    /// `None`: records that decoded to no row (skipped); only the offset moves.
+    batch: Option<RecordBatch>,
+    /// The offset after these rows.
+    next: i64,
+}
+
+/// Reads the partitions one instance owns.
+struct KafkaReader {
+    spec: Arc<Spec>,
+    cluster: Cluster,
+    instance: usize,
+    instances: usize,
+    /// (topic index, partition) -> where it stands.
+    owned: BTreeMap<(usize, i32), Owned>,
+    restored: Position,
+    /// No checkpoint was restored: partitions found now start where `startup` says; later
+    /// ones from their beginning.
+    fresh: bool,
+    /// The first discovery is done.
+    discovered: bool,
+    pending: VecDeque<Pending>,
+    next_discovery: Instant,
+    skipped: u64,
+    rate: RateLimit,
+}
+
+impl KafkaReader {
+    fn what(&self) -> String {
+        format!("table {}", self.spec.table)
+    }
+
+    /// Looks for partitions this instance owns and has not seen, and decides where each
+    /// starts.
+    fn discover(&mut self) -> EngineResult<()> {
+        self.next_discovery = Instant::now() + self.spec.discovery;
+        let names: Vec<&str> = self.spec.topics.iter().map(|s| s.as_str()).collect();
+        self.cluster
+            .refresh(&names)
+            .map_err(|e| engine_error(&self.what(), e))?;
+        let mut new: Vec<(usize, i32)> = Vec::new();
+        for (ti, t) in self.spec.topics.iter().enumerate() {
+            let parts = self
+                .cluster
+                .partitions(t)
+                .map_err(|e| engine_error(&self.what(), e))?;
+            for p in parts {
+                let id = (ti, p.partition);
+                if !self.owned.contains_key(&id)
+                    && self.spec.assignment.owner(ti, p.partition, self.instances) == self.instance
+                {
+                    new.push(id);
+                }
+            }
+        }
+        // Only the partitions found when a fresh job starts begin where `startup` says.
+        let first_time = self.fresh && !self.discovered;
+        self.discovered = true;
+        if new.is_empty() {
+            return Ok(());
+        }
+        for (ti, partitions) in group_by_topic(&new) {
+            let topic = self.spec.topics[ti].clone();
+            let mut starts: BTreeMap<i32, i64> = BTreeMap::new();
+            let mut unknown = Vec::new();
+            for &p in &partitions {
+                match self.restored.offsets.get(&key(&topic, p)) {
+                    Some(o) => {
+                        starts.insert(p, *o);
+                    }
+                    None => unknown.push(p),
+                }
+            }
+            if !unknown.is_empty() {
+                let what = self.what();
+                let err = |e| engine_error(&what, e);
+                let resolved = if !first_time {
+                    // Appeared after the job started (or after its checkpoint): all of it is new.
+                    consumer::list_offsets(
+                        &mut self.cluster,
+                        &topic,
+                        &unknown,
+                        OffsetSpec::Earliest,
+                    )
+                    .map_err(err)?
+                } else {
+                    match self.spec.startup {
+                        Startup::Earliest => consumer::list_offsets(
+                            &mut self.cluster,
+                            &topic,
+                            &unknown,
+                            OffsetSpec::Earliest,
+                        )
+                        .map_err(err)?,
+                        Startup::Latest => {
+                            consumer::end_offsets(&mut self.cluster, &topic, &unknown)
+                                .map_err(err)?
+                        }
+                        Startup::Timestamp(ms) => consumer::list_offsets(
+                            &mut self.cluster,
+                            &topic,
+                            &unknown,
+                            OffsetSpec::Timestamp(ms),
+                        )
+                        .map_err(err)?,
+                        Startup::Group => {
+                            let group = self.spec.group_id.clone().unwrap_or_default();
+                            let committed = consumer::committed_offsets(
+                                &mut self.cluster,
+                                &group,
+                                &topic,
+                                &unknown,
+                            )
+                            .map_err(err)?;
+                            let none: Vec<i32> = committed
+                                .iter()
+                                .filter(|(_, o)| **o < 0)
+                                .map(|(p, _)| *p)
+                                .collect();
+                            let mut out = committed;
+                            if !none.is_empty() {
+                                // A partition the group never committed starts at its beginning.
+                                out.extend(
+                                    consumer::list_offsets(
+                                        &mut self.cluster,
+                                        &topic,
+                                        &none,
+                                        OffsetSpec::Earliest,
+                                    )
+                                    .map_err(err)?,
+                                );
+                            }
+                            out
+                        }
+                    }
+                };
+                starts.extend(resolved);
+            }
+            let mut stops: BTreeMap<i32, i64> = BTreeMap::new();
+            if self.spec.stop_at_end {
+                let need: Vec<i32> = partitions
+                    .iter()
+                    .copied()
+                    .filter(|p| !self.restored.stops.contains_key(&key(&topic, *p)))
+                    .collect();
+                if !need.is_empty() {
+                    stops = consumer::end_offsets(&mut self.cluster, &topic, &need)
+                        .map_err(|e| engine_error(&self.what(), e))?;
+                }
+                for &p in &partitions {
+                    if let Some(s) = self.restored.stops.get(&key(&topic, p)) {
+                        stops.insert(p, *s);
+                    }
+                }
+            }
+            for p in partitions {
+                let offset = starts.get(&p).copied().unwrap_or(0);
+                self.owned.insert(
+                    (ti, p),
+                    Owned {
+                        offset,
+                        fetch_offset: offset,
+                        stop: stops.get(&p).copied(),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn fetch(&mut self) -> EngineResult<()> {
+        let by_topic: Vec<(usize, Vec<(i32, i64)>)> = {
+            let mut m: BTreeMap<usize, Vec<(i32, i64)>> = BTreeMap::new();
+            for (&(ti, p), o) in &self.owned {
+                if o.stop.is_some_and(|s| o.fetch_offset >= s) {
+                    continue;
+                }
+                m.entry(ti).or_default().push((p, o.fetch_offset));
+            }
+            m.into_iter().collect()
+        };
+        for (ti, parts) in by_topic {
+            let topic = self.spec.topics[ti].clone();
+            let data = consumer::fetch(&mut self.cluster, &topic, &parts, FETCH_WAIT, FETCH_BYTES)
+                .map_err(|e| engine_error(&self.what(), e))?;
+            for d in data {
+                let Some(owned) = self.owned.get_mut(&(ti, d.partition)) else {
+                    continue;
+                };
+                if d.out_of_range {
+                    return Err(EngineError::BadInput(format!(
+                        "table {}: topic '{topic}' partition {}: offset {} is no longer (or not \
+                         yet) in the log (retention deleted it?); the partition ends at {}",
+                        self.spec.table, d.partition, owned.fetch_offset, d.end_offset
+                    )));
+                }
+                let mut records = d.records;
+                let mut next = d.next_offset.max(owned.fetch_offset);
+                if let Some(stop) = owned.stop {
+                    records.retain(|r| r.offset < stop);
+                    next = next.min(stop);
+                }
+                owned.fetch_offset = next;
+                for chunk in records.chunks(self.spec.batch_size) {
+                    let batch = self.spec.layout.decode(
+                        &self.spec.table,
+                        &topic,
+                        d.partition,
+                        chunk,
+                        self.spec.bad_rows,
+                        &mut self.skipped,
+                    )?;
+                    let after = chunk.last().map_or(next, |r| r.offset + 1);
+                    self.pending.push_back(Pending {
+                        part: (ti, d.partition),
+                        batch: (batch.num_rows() > 0).then_some(batch),
+                        next: after,
+                    });
+                }
+                // Control records and skipped batches after the last row move the offset too.
+                self.pending.push_back(Pending {
+                    part: (ti, d.partition),
+                    batch: None,
+                    next,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the next fetched batch to the job, moving its partition's position past it.
+    fn next_pending(&mut self) -> Option<(u32, RecordBatch)> {
+        while let Some(p) = self.pending.pop_front() {
+            if let Some(o) = self.owned.get_mut(&p.part) {
+                o.offset = o.offset.max(p.next);
+            }
+            if let Some(batch) = p.batch {
+                self.rate.took(batch.num_rows());
+                let split = ((p.part.0 as u32) << SPLIT_TOPIC_SHIFT) | p.part.1 as u32;
+                return Some((split, batch));
+            }
+        }
+        None
+    }
+}
+
+fn group_by_topic(ids: &[(usize, i32)]) -> BTreeMap<usize, Vec<i32>> {
+    let mut m: BTreeMap<usize, Vec<i32>> = BTreeMap::new();
+    for &(t, p) in ids {
+        m.entry(t).or_default().push(p);
+    }
+    m
+}
+
+impl SourceReader for KafkaReader {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.spec.layout.schema)
+    }
+
+    fn poll_next(&mut self) -> EngineResult<SourcePoll> {
+        if self.rate.allowance(1) == 0 {
+            return Ok(SourcePoll::Pending);
+        }
+        if let Some((split, batch)) = self.next_pending() {
+            return Ok(SourcePoll::SplitBatch { split, batch });
+        }
+        if Instant::now() >= self.next_discovery {
+            self.discover()?;
+        }
+        if self.spec.stop_at_end
+            && self
+                .owned
+                .values()
+                .all(|o| o.stop.is_some_and(|s| o.offset >= s))
+        {
+            return Ok(SourcePoll::Exhausted);
+        }
+        self.fetch()?;
+        match self.next_pending() {
+            Some((split, batch)) => Ok(SourcePoll::SplitBatch { split, batch }),
+            None => Ok(SourcePoll::Pending),
+        }
+    }
+
+    fn splits(&self) -> Vec<u32> {
+        self.owned
+            .keys()
+            .map(|&(ti, p)| ((ti as u32) << SPLIT_TOPIC_SHIFT) | p as u32)
+            .collect()
+    }
+
+    fn skipped_rows(&self) -> u64 {
+        self.skipped
+    }
+
+    fn position(&self) -> Vec<u8> {
+        // Rows fetched but still queued are not past the position: they are read again after
+        // a restore.
+        let mut pos = Position::default();
+        for (&(ti, p), o) in &self.owned {
+            pos.offsets.insert(key(&self.spec.topics[ti], p), o.offset);
+            if let Some(s) = o.stop {
+                pos.stops.insert(key(&self.spec.topics[ti], p), s);
+            }
+        }
+        pos.encode()
+    }
+}
+
+impl SourceFactory for KafkaSourceFactory {
+    fn describe(&self) -> String {
+        format!(
+            "KafkaSource: topic {} at {} ({}) as {}",
+            self.topics.join(", "),
+            self.config.bootstrap_servers,
+            self.layout.format.name(),
+            self.table
+        )
+    }
+
+    fn is_bounded(&self) -> bool {
+        self.stop_at_end
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.layout.schema)
+    }
+
+    fn partitions(&self) -> EngineResult<usize> {
+        let mut cluster = self.config.connect(&format!("table {}", self.table))?;
+        Ok(self.all_partitions(&mut cluster)?.len().max(1))
+    }
+
+    fn create(
+        &self,
+        task: &TaskInfo,
+        position: Option<&[u8]>,
+    ) -> EngineResult<Box<dyn SourceReader>> {
+        let positions: Vec<&[u8]> = position.into_iter().collect();
+        self.reader(task, &positions)
+    }
+
+    fn splits_movable(&self) -> bool {
+        true
+    }
+
+    fn create_rescaled(
+        &self,
+        task: &TaskInfo,
+        positions: &[&[u8]],
+    ) -> EngineResult<Box<dyn SourceReader>> {
+        self.reader(task, positions)
+    }
+
+    fn idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout
+    }
+
+    fn checkpoint_completed(&self, positions: &[&[u8]]) {
+        let Some(group) = &self.group_id else {
+            return;
+        };
+        let mut merged = Position::default();
+        for p in positions {
+            if let Some(p) = Position::decode(p) {
+                merged.offsets.extend(p.offsets);
+            }
+        }
+        let Ok(mut slot) = self.group_client.lock() else {
+            return;
+        };
+        if slot.is_none() {
+            *slot = self.config.connect("group offsets").ok();
+        }
+        let Some(cluster) = slot.as_mut() else {
+            return;
+        };
+        let mut failed = false;
+        for t in &self.topics {
+            let offsets: BTreeMap<i32, i64> = merged
+                .offsets
+                .iter()
+                .filter_map(|(k, o)| {
+                    let (topic, p) = k.rsplit_once('/')?;
+                    (topic == t).then(|| Some((p.parse().ok()?, *o)))?
+                })
+                .collect();
+            // Monitoring only: a failure here loses nothing, the next checkpoint commits again.
+            failed |= consumer::commit_offsets(cluster, group, t, &offsets).is_err();
+        }
+        if failed {
+            *slot = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_survive_their_encoding() {
+        let mut p = Position::default();
+        p.offsets.insert("bids/0".into(), 17);
+        p.offsets.insert("bids/12".into(), 0);
+        p.stops.insert("bids/0".into(), 99);
+        assert_eq!(Position::decode(&p.encode()), Some(p));
+        assert_eq!(Position::decode(b"garbage"), None);
+    }
+
+    #[test]
+    fn partitions_spread_over_instances() {
+        let owner = Assignment {
+            topics: vec!["bids".into()],
+        };
+        let mut counts = [0; 3];
+        for p in 0..30 {
+            counts[owner.owner(0, p, 3)] += 1;
+        }
+        assert_eq!(counts, [10, 10, 10]);
+        // The same answer every time (checkpoints rely on it).
+        assert_eq!(owner.owner(0, 7, 3), owner.owner(0, 7, 3));
+    }
+}

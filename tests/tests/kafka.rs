@@ -1,0 +1,435 @@
+//! Kafka end to end, against a real broker (tansu) started by the test: a windowed job from an
+//! input topic (3 partitions, disorder, late rows) into an output topic, killed with SIGKILL
+//! many times and resumed at other parallelisms; crashes injected before the manifest, between
+//! the manifest and the Kafka commit, and between the commits of two sink instances. The
+//! output a read_committed consumer sees (decoded here from the raw batches, see
+//! `common::kafka::read_committed`) must equal DataFusion batch SQL over the same rows.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use chrono::DateTime;
+use common::kafka::{read_committed, read_uncommitted, Broker};
+use common::process::{finish, kill_and_resume, spawn};
+use datafusion::prelude::SessionContext;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use weir_planner::display::batch_rows;
+
+const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01 00:00:00 UTC
+const BOUND_MS: i64 = 2_000;
+const PARTITIONS: i32 = 3;
+
+fn ts_text(ms: i64) -> String {
+    DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .format("%Y-%m-%d %H:%M:%S%.3f")
+        .to_string()
+}
+
+/// Rows for each partition (JSON values) with disorder within the watermark bound and some
+/// late rows, and a reference CSV with each row's prior watermark in its own partition.
+fn input(rows: usize, seed: u64, dir: &Path) -> (BTreeMap<i32, Vec<String>>, std::path::PathBuf) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut parts: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    let mut running = [i64::MIN; PARTITIONS as usize];
+    let mut reference = String::from("id,k,v,ts,wprev\n");
+    let mut t = BASE_MS;
+    for id in 0..rows {
+        t += rng.gen_range(0..20);
+        let r: f64 = rng.gen();
+        let ts = if r < 0.2 {
+            t - rng.gen_range(0..BOUND_MS)
+        } else if r < 0.21 {
+            t - BOUND_MS - rng.gen_range(0..30_000)
+        } else {
+            t
+        };
+        let p = rng.gen_range(0..PARTITIONS);
+        let k = rng.gen_range(0..10);
+        let v: i64 = rng.gen_range(-100..1000);
+        let wprev = match running[p as usize] {
+            i64::MIN => "1900-01-01 00:00:00.000".to_string(),
+            w => ts_text(w),
+        };
+        parts.entry(p).or_default().push(format!(
+            "{{\"id\": {id}, \"k\": \"k{k}\", \"v\": {v}, \"ts\": \"{}\"}}",
+            ts_text(ts)
+        ));
+        writeln!(reference, "{id},k{k},{v},{},{wprev}", ts_text(ts)).unwrap();
+        running[p as usize] = running[p as usize].max(ts - BOUND_MS);
+    }
+    let path = dir.join("reference.csv");
+    std::fs::write(&path, reference).unwrap();
+    (parts, path)
+}
+
+/// TUMBLE 10 s count and sum by key over the rows that were not late in their partition, by
+/// DataFusion batch SQL, as `window_start,window_end,k,n,total` lines, sorted.
+fn reference_rows(reference: &Path) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        common::reference::register_reference(&ctx, "ref", reference).await;
+        let bin = "date_bin(INTERVAL '10 seconds', ts, TIMESTAMP '1970-01-01 00:00:00')";
+        let sql = format!(
+            "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total FROM (
+               SELECT *, {bin} AS window_start, {bin} + INTERVAL '10 seconds' AS window_end FROM ref)
+             WHERE window_end > wprev GROUP BY window_start, window_end, k"
+        );
+        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        let mut rows: Vec<String> = batches
+            .iter()
+            .flat_map(|b| batch_rows(b).unwrap())
+            .map(|r| {
+                r.into_iter()
+                    .map(|v| v.unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        rows.sort();
+        rows
+    })
+}
+
+fn script(broker: &Broker, output: &str, delivery: &str, rate: u64) -> String {
+    format!(
+        "CREATE TABLE events (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+           WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+         WITH (connector = 'kafka', topic = 'events', bootstrap_servers = '{b}', format = 'json',
+               stop_at = 'end', batch_size = '500', rate = '{rate}');
+         SET checkpoint_interval = '100ms';
+         SET delivery = '{delivery}';
+         CREATE SINK big WITH (connector = 'kafka', topic = '{output}', bootstrap_servers = '{b}',
+               format = 'csv', key = 'k') AS
+         SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total
+         FROM TUMBLE(events, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, k;",
+        b = broker.bootstrap()
+    )
+}
+
+fn all_values(by_partition: BTreeMap<i32, Vec<String>>) -> Vec<String> {
+    let mut v: Vec<String> = by_partition.into_values().flatten().collect();
+    v.sort();
+    v
+}
+
+fn describe_difference(got: &[String], expected: &[String]) -> String {
+    let count = |rows: &[String]| {
+        let mut m: BTreeMap<String, usize> = BTreeMap::new();
+        for r in rows {
+            *m.entry(r.clone()).or_insert(0) += 1;
+        }
+        m
+    };
+    let (g, e) = (count(got), count(expected));
+    let missing: Vec<_> = e.keys().filter(|k| !g.contains_key(*k)).take(5).collect();
+    let extra: Vec<_> = g
+        .iter()
+        .filter(|(k, n)| e.get(*k).is_none_or(|m| *n > m))
+        .take(5)
+        .collect();
+    format!(
+        "{} rows vs {} expected; missing {missing:?}; extra or duplicated {extra:?}",
+        got.len(),
+        expected.len()
+    )
+}
+
+struct Setup {
+    work: tempfile::TempDir,
+    broker: Broker,
+    expected: Vec<String>,
+}
+
+fn setup(rows: usize, seed: u64) -> Setup {
+    let work = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    broker.create_topic("events", PARTITIONS);
+    let (parts, reference) = input(rows, seed, work.path());
+    for (p, values) in &parts {
+        for chunk in values.chunks(5000) {
+            broker.produce("events", *p, chunk);
+        }
+    }
+    let expected = reference_rows(&reference);
+    assert!(expected.len() > 100, "{} reference rows", expected.len());
+    Setup {
+        work,
+        broker,
+        expected,
+    }
+}
+
+#[test]
+fn exactly_once_kafka_to_kafka_survives_twenty_kills_and_rescaling() {
+    let s = setup(120_000, 7);
+    s.broker.create_topic("out", 2);
+    let dir = s.work.path().join("eo");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("job.sql");
+    std::fs::write(&path, script(&s.broker, "out", "exactly_once", 20_000)).unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let resumes: Vec<usize> = (1..21).map(|_| rng.gen_range(1..=3)).collect();
+    let killed = kill_and_resume(
+        &path,
+        &dir.join("data"),
+        "big",
+        &dir,
+        &mut rng,
+        (300, 900),
+        &resumes,
+        (300, 900),
+        None,
+    );
+    assert!(killed >= 20, "only {killed} kills hit a running job");
+    let got = all_values(read_committed(&s.broker, "out"));
+    assert!(
+        got == s.expected,
+        "exactly-once output differs: {}",
+        describe_difference(&got, &s.expected)
+    );
+}
+
+/// A crash at each point of the commit protocol: before the manifest, between the manifest and
+/// the Kafka commit (the restarted job must commit the dead one's pre-committed transactions
+/// with their saved producer ids and epochs), and between the commits of two instances.
+#[test]
+fn crashes_injected_in_the_commit_protocol_lose_and_repeat_nothing() {
+    let s = setup(40_000, 8);
+    for (i, fault) in ["before_manifest:3", "before_commit:3", "mid_commit:3"]
+        .iter()
+        .enumerate()
+    {
+        let topic = format!("out{i}");
+        s.broker.create_topic(&topic, 2);
+        let dir = s.work.path().join(format!("fault{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("job.sql");
+        std::fs::write(&path, script(&s.broker, &topic, "exactly_once", 40_000)).unwrap();
+        let data = dir.join("data");
+        let out = std::process::Command::new(common::process::weir_binary())
+            .args([
+                "-f",
+                path.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+            ])
+            .args(["--parallelism", "2"])
+            .env("WEIR_FAULT", fault)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "{fault}: the fault did not fire: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("WEIR_FAULT"));
+        let resumed = spawn(&["resume", "--data-dir", data.to_str().unwrap()], &dir);
+        finish(resumed, "resume after the fault");
+        let got = all_values(read_committed(&s.broker, &topic));
+        assert!(
+            got == s.expected,
+            "{fault}: output differs: {}",
+            describe_difference(&got, &s.expected)
+        );
+    }
+}
+
+#[test]
+fn at_least_once_loses_nothing_and_duplicates_are_counted() {
+    let s = setup(60_000, 9);
+    s.broker.create_topic("alo", 2);
+    let dir = s.work.path().join("alo");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("job.sql");
+    std::fs::write(&path, script(&s.broker, "alo", "at_least_once", 20_000)).unwrap();
+    let mut rng = StdRng::seed_from_u64(12);
+    let resumes: Vec<usize> = (1..6).map(|_| rng.gen_range(1..=3)).collect();
+    let killed = kill_and_resume(
+        &path,
+        &dir.join("data"),
+        "big",
+        &dir,
+        &mut rng,
+        (300, 900),
+        &resumes,
+        (300, 900),
+        None,
+    );
+    assert!(killed >= 4, "only {killed} kills hit a running job");
+    let got = all_values(read_uncommitted(&s.broker, "alo"));
+    let missing: Vec<_> = s
+        .expected
+        .iter()
+        .filter(|e| got.binary_search(e).is_err())
+        .take(5)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "at-least-once lost rows, e.g. {missing:?}"
+    );
+    let wrong: Vec<_> = got
+        .iter()
+        .filter(|g| s.expected.binary_search(g).is_err())
+        .take(5)
+        .collect();
+    assert!(wrong.is_empty(), "rows no window has: {wrong:?}");
+    eprintln!(
+        "at-least-once after {killed} kills: {} rows written for {} results ({} duplicates)",
+        got.len(),
+        s.expected.len(),
+        got.len() - s.expected.len()
+    );
+}
+
+#[test]
+fn bad_kafka_options_give_clear_errors() {
+    let broker = Broker::start();
+    let work = tempfile::tempdir().unwrap();
+    let run = |sql: &str| {
+        let path = work.path().join("bad.sql");
+        std::fs::write(&path, sql).unwrap();
+        let out = std::process::Command::new(common::process::weir_binary())
+            .args(["-f", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{sql} should fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let err = run(&format!(
+        "CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', topic = 'x', \
+         bootstrap_servers = '127.0.0.1:{closed}', request_timeout = '2s');"
+    ));
+    assert!(
+        err.contains("cannot reach Kafka") && err.contains(&closed.to_string()),
+        "{err}"
+    );
+    let err = run(&format!(
+        "CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', topic = 'nope', \
+         bootstrap_servers = '{}');",
+        broker.bootstrap()
+    ));
+    assert!(
+        err.contains("nope") && err.contains("does not exist"),
+        "{err}"
+    );
+    broker.create_topic("t1", 1);
+    let err = run(&format!(
+        "CREATE TABLE t (a BIGINT) WITH (connector = 'kafka', topic = 't1', \
+         bootstrap_servers = '{}', startup = 'sometime');",
+        broker.bootstrap()
+    ));
+    assert!(err.contains("startup") && err.contains("sometime"), "{err}");
+}
+
+/// The source alone over a bounded read of a topic: every row once, as the producer wrote it,
+/// with metadata columns.
+#[test]
+fn a_topic_reads_back_with_its_metadata() {
+    let broker = Broker::start();
+    broker.create_topic("plain", 2);
+    let rows0: Vec<String> = (0..1000).map(|i| format!("{{\"n\": {i}}}")).collect();
+    let rows1: Vec<String> = (1000..1500).map(|i| format!("{{\"n\": {i}}}")).collect();
+    broker.produce("plain", 0, &rows0);
+    broker.produce("plain", 1, &rows1);
+    let work = tempfile::tempdir().unwrap();
+    let path = work.path().join("read.sql");
+    std::fs::write(
+        &path,
+        format!(
+            "CREATE TABLE plain (n BIGINT, kafka_partition INT, kafka_offset BIGINT)
+             WITH (connector = 'kafka', topic = 'plain', bootstrap_servers = '{}',
+                   stop_at = 'end', include = 'partition, offset');
+             SELECT count(*) AS rows, sum(n) AS total, count(DISTINCT kafka_partition) AS parts,
+                    max(kafka_offset) AS top FROM plain;",
+            broker.bootstrap()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::process::weir_binary())
+        .args(["-f", path.to_str().unwrap(), "--format", "csv"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let total: i64 = (0..1500).sum();
+    assert_eq!(
+        stdout.trim(),
+        format!("rows,total,parts,top\n1500,{total},2,999")
+    );
+}
+
+fn workspace() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// `examples/kafka/`: Nexmark bids into a topic, a windowed job from it into another topic,
+/// the results read back; checked against DataFusion batch SQL over the same generated bids.
+#[test]
+fn the_kafka_examples_run_end_to_end() {
+    let broker = Broker::start();
+    broker.create_topic("bids", 3);
+    broker.create_topic("top_bids", 2);
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let mut last = String::new();
+    for script in ["1_produce_bids.sql", "2_top_bids.sql", "3_read_results.sql"] {
+        let text = std::fs::read_to_string(workspace().join("examples/kafka").join(script))
+            .unwrap()
+            .replace("127.0.0.1:9092", &broker.bootstrap());
+        let path = work.path().join(script);
+        std::fs::write(&path, text).unwrap();
+        let out = std::process::Command::new(common::process::weir_binary())
+            .args(["-f", path.to_str().unwrap(), "--format", "csv"])
+            .args(["--data-dir", data.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last = String::from_utf8_lossy(&out.stdout).into_owned();
+    }
+    let ctx = weir_tests::nexmark::context(100_000).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let batches = rt
+        .block_on(async {
+            ctx.sql(
+                "SELECT count(*) AS results, count(DISTINCT auction) AS auctions, sum(n) AS bids
+                 FROM (SELECT auction, CAST(date_time AS BIGINT) / 10000000000 AS w, count(*) AS n
+                       FROM bid GROUP BY auction, w)",
+            )
+            .await?
+            .collect()
+            .await
+        })
+        .unwrap();
+    let row = batch_rows(&batches[0]).unwrap().remove(0);
+    let expected: Vec<String> = row.into_iter().map(|v| v.unwrap_or_default()).collect();
+    assert_eq!(
+        last.trim(),
+        format!("results,auctions,bids,partitions\n{},2", expected.join(",")),
+    );
+}
