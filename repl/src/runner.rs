@@ -75,12 +75,18 @@ impl<'a> Runner<'a> {
             Ok(jobs) => {
                 let mut ok = true;
                 for (name, state, error) in jobs {
+                    // Failures that passed are worth knowing about even when the job ended well.
+                    let restarts = match self.session.job_restarts(&name).unwrap_or(0) {
+                        0 => String::new(),
+                        1 => " after 1 restart from its checkpoint".to_string(),
+                        n => format!(" after {n} restarts from its checkpoints"),
+                    };
                     match error {
                         Some(e) => {
                             ok = false;
-                            eprintln!("error: job {name} failed: {e}");
+                            eprintln!("error: job {name} failed{restarts}: {e}");
                         }
-                        None => eprintln!("job {name}: {}", state.as_str()),
+                        None => eprintln!("job {name}: {}{restarts}", state.as_str()),
                     }
                 }
                 ok

@@ -31,8 +31,13 @@ fn ts_text(ms: i64) -> String {
 }
 
 /// Rows for each partition (JSON values) with disorder within the watermark bound and some
-/// late rows, and a reference CSV with each row's prior watermark in its own partition.
-fn input(rows: usize, seed: u64, dir: &Path) -> (BTreeMap<i32, Vec<String>>, std::path::PathBuf) {
+/// late rows, a reference CSV with each row's prior watermark in its own partition, and the
+/// watermark the source reaches once it has read every row (the minimum over partitions).
+fn input(
+    rows: usize,
+    seed: u64,
+    dir: &Path,
+) -> (BTreeMap<i32, Vec<String>>, std::path::PathBuf, i64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut parts: BTreeMap<i32, Vec<String>> = BTreeMap::new();
     let mut running = [i64::MIN; PARTITIONS as usize];
@@ -64,12 +69,14 @@ fn input(rows: usize, seed: u64, dir: &Path) -> (BTreeMap<i32, Vec<String>>, std
     }
     let path = dir.join("reference.csv");
     std::fs::write(&path, reference).unwrap();
-    (parts, path)
+    let watermark = running.iter().copied().min().unwrap_or(i64::MIN);
+    (parts, path, watermark)
 }
 
 /// TUMBLE 10 s count and sum by key over the rows that were not late in their partition, by
-/// DataFusion batch SQL, as `window_start,window_end,k,n,total` lines, sorted.
-fn reference_rows(reference: &Path) -> Vec<String> {
+/// DataFusion batch SQL, as `window_start,window_end,k,n,total` lines, sorted; with `until`,
+/// only the windows a watermark of `until` has closed (window_end <= until).
+fn reference_rows(reference: &Path, until: Option<i64>) -> Vec<String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -80,7 +87,10 @@ fn reference_rows(reference: &Path) -> Vec<String> {
         let sql = format!(
             "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total FROM (
                SELECT *, {bin} AS window_start, {bin} + INTERVAL '10 seconds' AS window_end FROM ref)
-             WHERE window_end > wprev GROUP BY window_start, window_end, k"
+             WHERE window_end > wprev {closed} GROUP BY window_start, window_end, k",
+            closed = until
+                .map(|w| format!("AND window_end <= TIMESTAMP '{}'", ts_text(w)))
+                .unwrap_or_default()
         );
         let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
         let mut rows: Vec<String> = batches
@@ -99,15 +109,26 @@ fn reference_rows(reference: &Path) -> Vec<String> {
 }
 
 fn script(broker: &Broker, output: &str, delivery: &str, rate: u64) -> String {
+    job_script(
+        broker,
+        output,
+        delivery,
+        &format!("stop_at = 'end', rate = '{rate}'"),
+        "",
+    )
+}
+
+/// The windowed job from `events` into `output`; `source` and `sink` are more WITH options.
+fn job_script(broker: &Broker, output: &str, delivery: &str, source: &str, sink: &str) -> String {
     format!(
         "CREATE TABLE events (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
            WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
          WITH (connector = 'kafka', topic = 'events', bootstrap_servers = '{b}', format = 'json',
-               stop_at = 'end', batch_size = '500', rate = '{rate}');
+               batch_size = '500', {source});
          SET checkpoint_interval = '100ms';
          SET delivery = '{delivery}';
          CREATE SINK big WITH (connector = 'kafka', topic = '{output}', bootstrap_servers = '{b}',
-               format = 'csv', key = 'k') AS
+               format = 'csv', key = 'k' {sink}) AS
          SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total
          FROM TUMBLE(events, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, k;",
         b = broker.bootstrap()
@@ -152,13 +173,13 @@ fn setup(rows: usize, seed: u64) -> Setup {
     let work = tempfile::tempdir().unwrap();
     let broker = Broker::start();
     broker.create_topic("events", PARTITIONS);
-    let (parts, reference) = input(rows, seed, work.path());
+    let (parts, reference, _) = input(rows, seed, work.path());
     for (p, values) in &parts {
         for chunk in values.chunks(5000) {
             broker.produce("events", *p, chunk);
         }
     }
-    let expected = reference_rows(&reference);
+    let expected = reference_rows(&reference, None);
     assert!(expected.len() > 100, "{} reference rows", expected.len());
     Setup {
         work,
@@ -174,7 +195,7 @@ fn exactly_once_kafka_to_kafka_survives_twenty_kills_and_rescaling() {
     let dir = s.work.path().join("eo");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("job.sql");
-    std::fs::write(&path, script(&s.broker, "out", "exactly_once", 20_000)).unwrap();
+    std::fs::write(&path, script(&s.broker, "out", "exactly_once", 3_000)).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     let resumes: Vec<usize> = (1..21).map(|_| rng.gen_range(1..=3)).collect();
     let killed = kill_and_resume(
@@ -297,8 +318,14 @@ fn bad_kafka_options_give_clear_errors() {
     let run = |sql: &str| {
         let path = work.path().join("bad.sql");
         std::fs::write(&path, sql).unwrap();
+        let data = work.path().join("data");
         let out = std::process::Command::new(common::process::weir_binary())
-            .args(["-f", path.to_str().unwrap()])
+            .args([
+                "-f",
+                path.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+            ])
             .output()
             .unwrap();
         assert!(!out.status.success(), "{sql} should fail");
@@ -332,6 +359,19 @@ fn bad_kafka_options_give_clear_errors() {
         broker.bootstrap()
     ));
     assert!(err.contains("startup") && err.contains("sometime"), "{err}");
+    // A transaction timeout the broker could hit while a failed checkpoint is retried.
+    let err = run(&format!(
+        "CREATE TABLE n (auction BIGINT, date_time TIMESTAMP) WITH (connector = 'nexmark', \
+         stream = 'bid', events = '10');
+         SET checkpoint_interval = '10s';
+         CREATE SINK s WITH (connector = 'kafka', topic = 't1', bootstrap_servers = '{}', \
+         transaction_timeout = '2min') AS SELECT * FROM n;",
+        broker.bootstrap()
+    ));
+    assert!(
+        err.contains("transaction_timeout") && err.contains("170s"),
+        "{err}"
+    );
 }
 
 /// The source alone over a bounded read of a topic: every row once, as the producer wrote it,
@@ -372,6 +412,172 @@ fn a_topic_reads_back_with_its_metadata() {
     assert_eq!(
         stdout.trim(),
         format!("rows,total,parts,top\n1500,{total},2,999")
+    );
+}
+
+/// The broker frozen (SIGSTOP) for longer than the clients' timeouts while an exactly-once
+/// job runs: the job fails, its supervisor restarts it from the checkpoint once the broker
+/// answers again (SIGCONT), and the committed output is still exact.
+#[test]
+fn a_frozen_broker_fails_the_job_over_and_the_output_stays_exact() {
+    let s = setup(30_000, 13);
+    s.broker.create_topic("thawed", 2);
+    let dir = s.work.path().join("frozen");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("job.sql");
+    let timeout = ", request_timeout = '1s'";
+    std::fs::write(
+        &path,
+        job_script(
+            &s.broker,
+            "thawed",
+            "exactly_once",
+            &format!("stop_at = 'end', rate = '6000'{timeout}"),
+            timeout,
+        ),
+    )
+    .unwrap();
+    let data = dir.join("data");
+    let child = spawn(
+        &[
+            "-f",
+            path.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    s.broker.signal("-STOP");
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    s.broker.signal("-CONT");
+    let stderr = finish(child, "the job through a frozen broker");
+    assert!(
+        stderr.contains("restart"),
+        "the job should have failed over while the broker was frozen: {stderr}"
+    );
+    let got = all_values(read_committed(&s.broker, "thawed"));
+    assert!(
+        got == s.expected,
+        "output after the freeze differs: {}",
+        describe_difference(&got, &s.expected)
+    );
+}
+
+fn interrupt(child: &std::process::Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits until `topic` holds `n` committed values (or `limit` passes); returns them.
+fn wait_for_committed(
+    broker: &Broker,
+    topic: &str,
+    n: usize,
+    limit: std::time::Duration,
+) -> Vec<String> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let got = all_values(read_committed(broker, topic));
+        if got.len() >= n || std::time::Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A topic another process keeps appending to (no `stop_at`): windows fire and commit while
+/// rows still arrive; Ctrl-C stops the job with a checkpoint; `weir resume` goes on from the
+/// recorded offsets over rows written meanwhile. The committed output is exactly the windows
+/// the final watermark closed.
+#[test]
+fn an_unbounded_topic_fires_windows_as_it_grows_and_resumes_after_ctrl_c() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let work = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    broker.create_topic("events", PARTITIONS);
+    broker.create_topic("live", 2);
+    let (parts, reference, final_watermark) = input(30_000, 14, work.path());
+    let expected = reference_rows(&reference, Some(final_watermark));
+    let dir = work.path().join("live");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("job.sql");
+    std::fs::write(
+        &path,
+        job_script(&broker, "live", "exactly_once", "startup = 'earliest'", ""),
+    )
+    .unwrap();
+    let data = dir.join("data");
+    // The first half of every partition, written slowly while the job runs.
+    let half = |p: &Vec<String>| p.len() / 2;
+    let producing = AtomicBool::new(true);
+    let mut seen_while_producing = 0;
+    let child = spawn(
+        &[
+            "-f",
+            path.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let chunk = 200;
+            let mut start = 0;
+            while parts.values().any(|p| start < half(p)) {
+                for (p, values) in &parts {
+                    let end = (start + chunk).min(half(values));
+                    if start < end {
+                        broker.produce("events", *p, &values[start..end]);
+                    }
+                }
+                start += chunk;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            producing.store(false, Ordering::SeqCst);
+        });
+        while producing.load(Ordering::SeqCst) {
+            let n = all_values(read_committed(&broker, "live")).len();
+            if n > 0 {
+                seen_while_producing = n;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    });
+    assert!(
+        seen_while_producing > 0,
+        "no window was committed while the topic was still growing"
+    );
+    interrupt(&child);
+    let stderr = finish(child, "the unbounded job, stopped with Ctrl-C");
+    assert!(stderr.contains("stopped"), "{stderr}");
+    // The rest arrives while the job is down.
+    for (p, values) in &parts {
+        for chunk in values[half(values)..].chunks(5000) {
+            broker.produce("events", *p, chunk);
+        }
+    }
+    let resumed = spawn(&["resume", "--data-dir", data.to_str().unwrap()], &dir);
+    let got = wait_for_committed(
+        &broker,
+        "live",
+        expected.len(),
+        std::time::Duration::from_secs(60),
+    );
+    // Anything more (a duplicate, a window the watermark has not closed) would show up now.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    interrupt(&resumed);
+    finish(resumed, "the resumed job, stopped with Ctrl-C");
+    let after = all_values(read_committed(&broker, "live"));
+    assert!(
+        got == expected && after == expected,
+        "unbounded output differs: {}",
+        describe_difference(&after, &expected)
     );
 }
 

@@ -26,6 +26,10 @@ use super::client::{check, whole_batches, Cluster, CoordinatorKind, KafkaError, 
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchedRecord {
     pub offset: i64,
+    /// The first offset of the record batch this record came in: fetching from there gets
+    /// this record again (a broker need not serve a fetch that starts inside a batch; tansu
+    /// does not).
+    pub batch_base: i64,
     /// Milliseconds since the epoch (create or log-append time, as the topic says).
     pub timestamp: i64,
     pub key: Option<Bytes>,
@@ -134,6 +138,7 @@ pub fn decode_partition(
             }
             records.push(FetchedRecord {
                 offset: r.offset,
+                batch_base: h.base_offset,
                 timestamp: r.timestamp,
                 key: r.key,
                 value: r.value,

@@ -264,6 +264,7 @@ impl KafkaSourceFactory {
             })?;
             restored.offsets.extend(p.offsets);
             restored.stops.extend(p.stops);
+            restored.batches.extend(p.batches);
         }
         let cluster = self.config.connect(&format!("table {}", self.table))?;
         let mut reader = KafkaReader {
@@ -340,11 +341,14 @@ impl Assignment {
 struct Position {
     offsets: BTreeMap<String, i64>,
     stops: BTreeMap<String, i64>,
+    /// Where to fetch from to get the record at `offsets` again, when that record sits inside
+    /// a record batch (the batch's first offset).
+    batches: BTreeMap<String, i64>,
 }
 
 impl Position {
     fn encode(&self) -> Vec<u8> {
-        serde_json::json!({"offsets": self.offsets, "stops": self.stops})
+        serde_json::json!({"offsets": self.offsets, "stops": self.stops, "batches": self.batches})
             .to_string()
             .into_bytes()
     }
@@ -361,6 +365,7 @@ impl Position {
         Some(Self {
             offsets: map("offsets")?,
             stops: map("stops").unwrap_or_default(),
+            batches: map("batches").unwrap_or_default(),
         })
     }
 }
@@ -374,6 +379,9 @@ struct Owned {
     offset: i64,
     /// The next offset to fetch (ahead of `offset` while fetched rows wait in `pending`).
     fetch_offset: i64,
+    /// The first offset of the record batch holding `offset` (a fetch from `offset` itself
+    /// would start inside that batch).
+    batch_base: i64,
     stop: Option<i64>,
 }
 
@@ -384,6 +392,8 @@ struct Pending {
     batch: Option<RecordBatch>,
     /// The offset after these rows.
     next: i64,
+    /// The first offset of the record batch holding `next`.
+    batch_base: i64,
 }
 
 /// Reads the partitions one instance owns.
@@ -443,11 +453,15 @@ impl KafkaReader {
         for (ti, partitions) in group_by_topic(&new) {
             let topic = self.spec.topics[ti].clone();
             let mut starts: BTreeMap<i32, i64> = BTreeMap::new();
+            let mut bases: BTreeMap<i32, i64> = BTreeMap::new();
             let mut unknown = Vec::new();
             for &p in &partitions {
                 match self.restored.offsets.get(&key(&topic, p)) {
                     Some(o) => {
                         starts.insert(p, *o);
+                        if let Some(b) = self.restored.batches.get(&key(&topic, p)) {
+                            bases.insert(p, (*b).min(*o));
+                        }
                     }
                     None => unknown.push(p),
                 }
@@ -536,11 +550,13 @@ impl KafkaReader {
             }
             for p in partitions {
                 let offset = starts.get(&p).copied().unwrap_or(0);
+                let batch_base = bases.get(&p).copied().unwrap_or(offset);
                 self.owned.insert(
                     (ti, p),
                     Owned {
                         offset,
-                        fetch_offset: offset,
+                        fetch_offset: batch_base,
+                        batch_base,
                         stop: stops.get(&p).copied(),
                     },
                 );
@@ -577,12 +593,18 @@ impl KafkaReader {
                 }
                 let mut records = d.records;
                 let mut next = d.next_offset.max(owned.fetch_offset);
+                // After a restore the fetch starts at the batch holding the position: what
+                // comes before the position was handed to the job already.
+                let from = owned.offset;
+                records.retain(|r| r.offset >= from);
                 if let Some(stop) = owned.stop {
                     records.retain(|r| r.offset < stop);
                     next = next.min(stop);
                 }
                 owned.fetch_offset = next;
-                for chunk in records.chunks(self.spec.batch_size) {
+                let bases: Vec<i64> = records.iter().map(|r| r.batch_base).collect();
+                for (i, chunk) in records.chunks(self.spec.batch_size).enumerate() {
+                    let end = (i * self.spec.batch_size + chunk.len()).min(bases.len());
                     let batch = self.spec.layout.decode(
                         &self.spec.table,
                         &topic,
@@ -592,10 +614,14 @@ impl KafkaReader {
                         &mut self.skipped,
                     )?;
                     let after = chunk.last().map_or(next, |r| r.offset + 1);
+                    // The record at `after` comes in the next chunk; if none follows, `after`
+                    // is where the next fetch starts, a batch boundary.
+                    let batch_base = bases.get(end).copied().unwrap_or(after).min(after);
                     self.pending.push_back(Pending {
                         part: (ti, d.partition),
                         batch: (batch.num_rows() > 0).then_some(batch),
                         next: after,
+                        batch_base,
                     });
                 }
                 // Control records and skipped batches after the last row move the offset too.
@@ -603,6 +629,7 @@ impl KafkaReader {
                     part: (ti, d.partition),
                     batch: None,
                     next,
+                    batch_base: next,
                 });
             }
         }
@@ -613,7 +640,10 @@ impl KafkaReader {
     fn next_pending(&mut self) -> Option<(u32, RecordBatch)> {
         while let Some(p) = self.pending.pop_front() {
             if let Some(o) = self.owned.get_mut(&p.part) {
-                o.offset = o.offset.max(p.next);
+                if p.next >= o.offset {
+                    o.offset = p.next;
+                    o.batch_base = p.batch_base;
+                }
             }
             if let Some(batch) = p.batch {
                 self.rate.took(batch.num_rows());
@@ -680,6 +710,10 @@ impl SourceReader for KafkaReader {
         let mut pos = Position::default();
         for (&(ti, p), o) in &self.owned {
             pos.offsets.insert(key(&self.spec.topics[ti], p), o.offset);
+            if o.batch_base < o.offset {
+                pos.batches
+                    .insert(key(&self.spec.topics[ti], p), o.batch_base);
+            }
             if let Some(s) = o.stop {
                 pos.stops.insert(key(&self.spec.topics[ti], p), s);
             }

@@ -385,6 +385,7 @@ mod tests {
     fn record(offset: i64, value: Option<&str>) -> FetchedRecord {
         FetchedRecord {
             offset,
+            batch_base: offset,
             timestamp: 1_700_000_000_000 + offset,
             key: Some(Bytes::from(format!("k{offset}"))),
             value: value.map(|v| Bytes::from(v.to_string())),

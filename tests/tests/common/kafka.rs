@@ -13,22 +13,18 @@ use bytes::{Buf, Bytes};
 use weir_connectors::kafka::client::{create_topic, whole_batches, Cluster};
 use weir_connectors::kafka::producer::{OutRecord, Producer};
 
-/// The tansu binary: `$WEIR_TANSU`, then where setup installs it, then the PATH.
+/// The tansu binary: `$WEIR_TANSU`, else where `scripts/setup.sh --tests` builds it (tansu
+/// 0.6.0 with `scripts/tansu/end-txn.patch`; an unpatched tansu cannot end transactions).
 pub fn tansu_binary() -> PathBuf {
-    let candidates = [
-        std::env::var_os("WEIR_TANSU").map(PathBuf::from),
-        Some(PathBuf::from("/var/tmp/weir-tools/tansu/bin/tansu")),
-        std::env::var_os("PATH").and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("tansu"))
-                .find(|p| p.is_file())
-        }),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|p| p.is_file())
-        .expect("the tansu broker is not installed: run scripts/setup.sh --tests")
+    let path = std::env::var_os("WEIR_TANSU")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/weir-tools/tansu-0.6.0-endtxn/bin/tansu"));
+    assert!(
+        path.is_file(),
+        "the tansu broker is not at {}: run scripts/setup.sh --tests",
+        path.display()
+    );
+    path
 }
 
 fn free_port() -> u16 {
