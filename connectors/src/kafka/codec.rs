@@ -96,7 +96,8 @@ mod tests {
                 producer_epoch: -1,
                 timestamp_type: TimestampType::Creation,
                 offset: i as i64,
-                sequence: -1,
+                // Records share a batch only while offset - sequence stays the same.
+                sequence: i as i32,
                 timestamp: 1_000 + i as i64,
                 key: Some(Bytes::from(format!("k{i}"))),
                 value: Some(Bytes::from(format!(
