@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use util::{env_usize, median, run};
+use util::{env_usize, latency_chart, median, parse_ms, print_chart_rows, run, ChartRow};
 use weir_planner::{Session, SessionConfig};
 
 const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01 00:00:00 UTC
@@ -58,12 +58,6 @@ fn start_job(dir: &Path, interval: &str, delivery: &str, events: &str, rate: &st
         ),
     );
     s
-}
-
-/// Event time of a `YYYY-MM-DD HH:MM:SS[.ffffff]` value, in ms.
-fn parse_ms(text: &str) -> Option<i64> {
-    let dt = chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f").ok()?;
-    Some(dt.and_utc().timestamp_millis())
 }
 
 /// Runs the throttled job for `secs` and returns the latencies (ms) of the windows seen.
@@ -124,125 +118,6 @@ fn throughput(interval: &str, delivery: &str, events: usize) -> f64 {
     s.job_metrics("lat").unwrap().rows_in as f64 / started.elapsed().as_secs_f64()
 }
 
-fn percentile(v: &[f64], p: f64) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
-struct Row {
-    label: &'static str,
-    p50: f64,
-    p99: f64,
-    samples: usize,
-    ratio: f64,
-}
-
-/// A small SVG chart: latency p50 and p99 (log scale, left) and throughput ratio (right)
-/// per setting.
-fn svg(rows: &[Row]) -> String {
-    let (w, h, left, right, top, bottom) = (720.0, 420.0, 80.0, 80.0, 40.0, 70.0);
-    let plot_w = w - left - right;
-    let plot_h = h - top - bottom;
-    let max_ms = rows.iter().map(|r| r.p99).fold(10.0, f64::max) * 1.5;
-    let y_ms = |ms: f64| top + plot_h * (1.0 - (ms.max(1.0).log10() / max_ms.log10()));
-    let y_ratio = |r: f64| top + plot_h * (1.0 - (r - 0.8) / 0.4);
-    let x = |i: usize| left + plot_w * (i as f64 + 0.5) / rows.len() as f64;
-    let mut out = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n\
-         <rect width='100%' height='100%' fill='white'/>\n\
-         <text x='{}' y='20' text-anchor='middle' font-size='14'>weir: visibility latency vs throughput (Nexmark bids, TUMBLE 100 ms)</text>\n\
-         <line x1='{left}' y1='{top}' x2='{left}' y2='{}' stroke='black'/>\n\
-         <line x1='{left}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n\
-         <line x1='{}' y1='{top}' x2='{}' y2='{}' stroke='black'/>\n",
-        w / 2.0,
-        top + plot_h,
-        top + plot_h,
-        left + plot_w,
-        top + plot_h,
-        left + plot_w,
-        left + plot_w,
-        top + plot_h
-    );
-    let mut ms = 1.0;
-    while ms <= max_ms {
-        out.push_str(&format!(
-            "<text x='{}' y='{}' text-anchor='end'>{ms} ms</text>\n<line x1='{left}' y1='{1}' x2='{}' y2='{1}' stroke='#ddd'/>\n",
-            left - 6.0,
-            y_ms(ms),
-            left + plot_w
-        ));
-        ms *= 10.0;
-    }
-    for r in [0.8, 0.9, 1.0, 1.1, 1.2] {
-        out.push_str(&format!(
-            "<text x='{}' y='{}'>{r:.1}x</text>\n",
-            left + plot_w + 6.0,
-            y_ratio(r)
-        ));
-    }
-    for (series, color, f) in [
-        (
-            "latency p50",
-            "#1f77b4",
-            (|r: &Row| r.p50) as fn(&Row) -> f64,
-        ),
-        ("latency p99", "#d62728", |r: &Row| r.p99),
-    ] {
-        let points: Vec<String> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| format!("{:.1},{:.1}", x(i), y_ms(f(r))))
-            .collect();
-        out.push_str(&format!(
-            "<polyline points='{}' fill='none' stroke='{color}' stroke-width='2'/>\n",
-            points.join(" ")
-        ));
-        for p in &points {
-            let (px, py) = p.split_once(',').unwrap();
-            out.push_str(&format!(
-                "<circle cx='{px}' cy='{py}' r='4' fill='{color}'/>\n"
-            ));
-        }
-        let ly = if series.ends_with("p50") {
-            h - 30.0
-        } else {
-            h - 14.0
-        };
-        out.push_str(&format!(
-            "<line x1='{left}' y1='{ly}' x2='{}' y2='{ly}' stroke='{color}' stroke-width='2'/><text x='{}' y='{}'>{series} (left)</text>\n",
-            left + 24.0,
-            left + 30.0,
-            ly + 4.0
-        ));
-    }
-    let points: Vec<String> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| format!("{:.1},{:.1}", x(i), y_ratio(r.ratio)))
-        .collect();
-    out.push_str(&format!(
-        "<polyline points='{}' fill='none' stroke='#2ca02c' stroke-width='2' stroke-dasharray='6 4'/>\n\
-         <line x1='{}' y1='{}' x2='{}' y2='{1}' stroke='#2ca02c' stroke-width='2' stroke-dasharray='6 4'/><text x='{}' y='{}'>throughput vs no checkpoints (right)</text>\n",
-        points.join(" "),
-        left + 260.0,
-        h - 30.0,
-        left + 284.0,
-        left + 290.0,
-        h - 26.0
-    ));
-    for (i, r) in rows.iter().enumerate() {
-        out.push_str(&format!(
-            "<text x='{}' y='{}' text-anchor='middle'>{}</text>\n",
-            x(i),
-            top + plot_h + 18.0,
-            r.label
-        ));
-    }
-    out.push_str("</svg>\n");
-    out
-}
-
 fn main() {
     let events = env_usize("WEIR_BENCH_EVENTS", 3_000_000);
     let configs: [(&str, &str, &str, u64); 4] = [
@@ -265,30 +140,20 @@ fn main() {
                 .map(|_| throughput(interval, delivery, events) / base)
                 .collect(),
         );
-        rows.push(Row {
-            label,
-            p50: percentile(&lat, 0.5),
-            p99: percentile(&lat, 0.99),
-            samples: lat.len(),
-            ratio,
-        });
+        rows.push(ChartRow::new(label, &lat, ratio));
     }
     println!(
         "Visibility latency (row ingested -> its window's result visible in the sink) and \
          throughput ratio to no checkpoints ({events} events, medians of 3); parallelism 2\n"
     );
-    println!(
-        "{:<12} {:>10} {:>10} {:>9} {:>18}",
-        "setting", "p50 ms", "p99 ms", "windows", "throughput ratio"
-    );
-    for r in &rows {
-        println!(
-            "{:<12} {:>10.0} {:>10.0} {:>9} {:>17.2}x",
-            r.label, r.p50, r.p99, r.samples, r.ratio
-        );
-    }
+    print_chart_rows(&rows, "windows");
     println!("(no-checkpoint baseline {base:.0} events/s)");
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/latency.svg");
-    std::fs::write(&path, svg(&rows)).unwrap();
+    let chart = latency_chart(
+        "weir: visibility latency vs throughput (Nexmark bids, TUMBLE 100 ms)",
+        "throughput vs no checkpoints",
+        &rows,
+    );
+    std::fs::write(&path, chart).unwrap();
     println!("chart: {}", path.display());
 }
