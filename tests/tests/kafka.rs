@@ -188,33 +188,63 @@ fn setup(rows: usize, seed: u64) -> Setup {
     }
 }
 
-#[test]
-fn exactly_once_kafka_to_kafka_survives_twenty_kills_and_rescaling() {
-    let s = setup(120_000, 7);
-    s.broker.create_topic("out", 2);
-    let dir = s.work.path().join("eo");
+/// A job from `events` into a new topic `topic` (2 partitions) in its own folder under the
+/// setup's: returns the folder and the script's path.
+fn new_job(
+    s: &Setup,
+    name: &str,
+    topic: &str,
+    script_text: String,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    s.broker.create_topic(topic, 2);
+    let dir = s.work.path().join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("job.sql");
-    std::fs::write(&path, script(&s.broker, "out", "exactly_once", 3_000)).unwrap();
-    let mut rng = StdRng::seed_from_u64(11);
-    let resumes: Vec<usize> = (1..21).map(|_| rng.gen_range(1..=3)).collect();
-    let killed = kill_and_resume(
-        &path,
+    std::fs::write(&path, script_text).unwrap();
+    (dir, path)
+}
+
+/// Runs the job, killing it with SIGKILL and resuming it `times` times at parallelism 1-3;
+/// returns how many kills hit a running job.
+fn kill_and_resume_at_random(dir: &Path, path: &Path, seed: u64, times: usize) -> usize {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let resumes: Vec<usize> = (0..times).map(|_| rng.gen_range(1..=3)).collect();
+    kill_and_resume(
+        path,
         &dir.join("data"),
         "big",
-        &dir,
+        dir,
         &mut rng,
         (300, 900),
         &resumes,
         (300, 900),
         None,
+    )
+}
+
+#[test]
+fn exactly_once_kafka_to_kafka_survives_twenty_kills_and_rescaling() {
+    let s = setup(120_000, 7);
+    let (dir, path) = new_job(
+        &s,
+        "eo",
+        "out",
+        script(&s.broker, "out", "exactly_once", 3_000),
     );
+    let killed = kill_and_resume_at_random(&dir, &path, 11, 20);
     assert!(killed >= 20, "only {killed} kills hit a running job");
     let got = all_values(read_committed(&s.broker, "out"));
     assert!(
         got == s.expected,
         "exactly-once output differs: {}",
         describe_difference(&got, &s.expected)
+    );
+    eprintln!(
+        "exactly-once after {killed} kills: read_committed sees {} rows for {} results; \
+         read_uncommitted sees {} (aborted transactions included)",
+        got.len(),
+        s.expected.len(),
+        all_values(read_uncommitted(&s.broker, "out")).len()
     );
 }
 
@@ -229,11 +259,12 @@ fn crashes_injected_in_the_commit_protocol_lose_and_repeat_nothing() {
         .enumerate()
     {
         let topic = format!("out{i}");
-        s.broker.create_topic(&topic, 2);
-        let dir = s.work.path().join(format!("fault{i}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("job.sql");
-        std::fs::write(&path, script(&s.broker, &topic, "exactly_once", 40_000)).unwrap();
+        let (dir, path) = new_job(
+            &s,
+            &format!("fault{i}"),
+            &topic,
+            script(&s.broker, &topic, "exactly_once", 40_000),
+        );
         let data = dir.join("data");
         let out = std::process::Command::new(common::process::weir_binary())
             .args([
@@ -267,24 +298,13 @@ fn crashes_injected_in_the_commit_protocol_lose_and_repeat_nothing() {
 #[test]
 fn at_least_once_loses_nothing_and_duplicates_are_counted() {
     let s = setup(60_000, 9);
-    s.broker.create_topic("alo", 2);
-    let dir = s.work.path().join("alo");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("job.sql");
-    std::fs::write(&path, script(&s.broker, "alo", "at_least_once", 20_000)).unwrap();
-    let mut rng = StdRng::seed_from_u64(12);
-    let resumes: Vec<usize> = (1..6).map(|_| rng.gen_range(1..=3)).collect();
-    let killed = kill_and_resume(
-        &path,
-        &dir.join("data"),
-        "big",
-        &dir,
-        &mut rng,
-        (300, 900),
-        &resumes,
-        (300, 900),
-        None,
+    let (dir, path) = new_job(
+        &s,
+        "alo",
+        "alo",
+        script(&s.broker, "alo", "at_least_once", 20_000),
     );
+    let killed = kill_and_resume_at_random(&dir, &path, 12, 5);
     assert!(killed >= 4, "only {killed} kills hit a running job");
     let got = all_values(read_uncommitted(&s.broker, "alo"));
     let missing: Vec<_> = s
@@ -421,13 +441,11 @@ fn a_topic_reads_back_with_its_metadata() {
 #[test]
 fn a_frozen_broker_fails_the_job_over_and_the_output_stays_exact() {
     let s = setup(30_000, 13);
-    s.broker.create_topic("thawed", 2);
-    let dir = s.work.path().join("frozen");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("job.sql");
     let timeout = ", request_timeout = '1s'";
-    std::fs::write(
-        &path,
+    let (dir, path) = new_job(
+        &s,
+        "frozen",
+        "thawed",
         job_script(
             &s.broker,
             "thawed",
@@ -435,8 +453,7 @@ fn a_frozen_broker_fails_the_job_over_and_the_output_stays_exact() {
             &format!("stop_at = 'end', rate = '6000'{timeout}"),
             timeout,
         ),
-    )
-    .unwrap();
+    );
     let data = dir.join("data");
     let child = spawn(
         &[
