@@ -21,6 +21,7 @@ pub mod client;
 mod codec;
 pub mod consumer;
 pub mod producer;
+mod reader;
 pub mod sink;
 pub mod source;
 mod values;
