@@ -22,8 +22,10 @@
 //! used (they are listed in `<job dir>/kafka-<sink>.ids`), which aborts whatever else it left
 //! open, so read_committed consumers never wait on it.
 //!
-//! At-least-once: an idempotent producer, flushed at each barrier; a replay after a crash
-//! writes some results again.
+//! At-least-once: an idempotent producer that sends each batch of results as it arrives (so
+//! results are visible within milliseconds, not a checkpoint interval later), and waits for
+//! the broker's acknowledgement of everything before a barrier passes; a replay after a crash
+//! writes the results since the restored checkpoint again.
 //!
 //! The transaction timeout must outlast a checkpoint that fails and is retried and a restart,
 //! or the broker could abort a pre-committed transaction: CREATE SINK refuses a
@@ -64,7 +66,7 @@ const OPTIONS: &[&str] = &[
     "request_timeout",
 ];
 
-/// Buffered bytes that make an instance send before the barrier.
+/// Buffered bytes that make an exactly-once instance send before the barrier.
 const FLUSH_BYTES: usize = 1 << 20;
 /// Checkpoints that may fail in a row before a job stops (the coordinator's limit), plus the
 /// one that then succeeds: how many intervals a pre-committed transaction may wait.
@@ -558,6 +560,7 @@ impl Operator for KafkaSinkOperator {
         self.info.metrics.add_rows_out(batch.num_rows() as u64);
         let topic = self.spec.topic.clone();
         let what = self.what();
+        let at_least_once = self.idempotent.is_some();
         let producer = match self.idempotent.as_mut() {
             Some(p) => p,
             None => self.producer()?,
@@ -565,7 +568,7 @@ impl Operator for KafkaSinkOperator {
         for (partition, r) in records {
             producer.push(&topic, partition, r);
         }
-        if producer.buffered_bytes() >= FLUSH_BYTES {
+        if at_least_once || producer.buffered_bytes() >= FLUSH_BYTES {
             producer.flush().map_err(|e| engine_error(&what, e))?;
         }
         Ok(())
