@@ -35,6 +35,10 @@ pub enum Message {
     Watermark(EventTime),
     /// A checkpoint barrier.
     Barrier(Barrier),
+    /// `Idle(true)`: nothing will come on this edge for a while (its source's partitions are
+    /// silent past `idle_timeout`), so the receiver stops waiting for its watermark;
+    /// `Idle(false)`: it is active again and its watermark counts from the next message on.
+    Idle(bool),
     /// The stream on this edge is finished.
     End,
 }

@@ -594,6 +594,85 @@ fn an_unbounded_topic_fires_windows_as_it_grows_and_resumes_after_ctrl_c() {
     );
 }
 
+/// A source instance whose partitions are all silent must not hold every window back: with
+/// `idle_timeout` it tells the tasks downstream that it is idle, and they stop waiting for its
+/// watermark. Two partitions at parallelism 2 (one each), rows in partition 0 only.
+#[test]
+fn a_source_instance_whose_partitions_are_silent_does_not_hold_windows_back() {
+    let work = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    broker.create_topic("events", 2);
+    broker.create_topic("quiet", 2);
+    let mut values = Vec::new();
+    let mut reference = String::from("id,k,v,ts,wprev\n");
+    let mut running = i64::MIN;
+    let mut last = BASE_MS;
+    for id in 0..3_000i64 {
+        let ts = BASE_MS + id * 20;
+        let (k, v) = (id % 5, id % 97);
+        values.push(format!(
+            "{{\"id\": {id}, \"k\": \"k{k}\", \"v\": {v}, \"ts\": \"{}\"}}",
+            ts_text(ts)
+        ));
+        let wprev = match running {
+            i64::MIN => "1900-01-01 00:00:00.000".to_string(),
+            w => ts_text(w),
+        };
+        writeln!(reference, "{id},k{k},{v},{},{wprev}", ts_text(ts)).unwrap();
+        running = running.max(ts - BOUND_MS);
+        last = ts;
+    }
+    let reference_path = work.path().join("reference.csv");
+    std::fs::write(&reference_path, reference).unwrap();
+    let expected = reference_rows(&reference_path, Some(last - BOUND_MS));
+    assert!(expected.len() >= 25, "{} reference rows", expected.len());
+    for chunk in values.chunks(1_000) {
+        broker.produce("events", 0, chunk);
+    }
+    let dir = work.path().join("quiet");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("job.sql");
+    std::fs::write(
+        &path,
+        job_script(&broker, "quiet", "exactly_once", "idle_timeout = '1s'", ""),
+    )
+    .unwrap();
+    let data = dir.join("data");
+    let child = spawn(
+        &[
+            "-f",
+            path.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--parallelism",
+            "2",
+        ],
+        &dir,
+    );
+    let got = wait_for_committed(
+        &broker,
+        "quiet",
+        expected.len(),
+        std::time::Duration::from_secs(60),
+    );
+    interrupt(&child);
+    let stderr = finish(
+        child,
+        "the job with a silent partition, stopped with Ctrl-C",
+    );
+    assert!(
+        got.len() >= expected.len(),
+        "windows held back by the silent partition's instance: {}",
+        describe_difference(&got, &expected)
+    );
+    let got = all_values(read_committed(&broker, "quiet"));
+    assert!(
+        got == expected,
+        "output differs: {}; {stderr}",
+        describe_difference(&got, &expected)
+    );
+}
+
 fn workspace() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -2,7 +2,9 @@
 //! operator relies on, so no operator has to:
 //!
 //! - the task's watermark is the minimum over its inputs (an ended input no longer holds it
-//!   back), and it never goes backwards;
+//!   back), and it never goes backwards; an idle input (its source's partitions are silent)
+//!   does not hold it back either, until it is active again; when every running input is
+//!   idle, the task is idle too and says so downstream;
 //! - barrier alignment: in exactly-once mode an input that delivered barrier n is parked until
 //!   barrier n arrived on every input; then the barrier is handed to the task once.
 
@@ -20,6 +22,8 @@ pub enum GateEvent {
     Batch(RecordBatch, usize),
     /// The minimum watermark over the inputs advanced to this value.
     Watermark(EventTime),
+    /// Every running input became idle (`true`), or one of them is active again (`false`).
+    Idle(bool),
     /// Every input delivered this barrier.
     Barrier(Barrier),
     /// Every input ended.
@@ -31,6 +35,8 @@ struct Input {
     logical: usize,
     watermark: EventTime,
     ended: bool,
+    /// Said it is idle and has not been active since.
+    idle: bool,
     /// Delivered the pending barrier (parked while aligning).
     at_barrier: bool,
 }
@@ -42,6 +48,10 @@ pub struct InputGate {
     pending: Option<Barrier>,
     /// Exactly-once: park inputs at a barrier until all have it.
     align: bool,
+    /// An event decided together with the one just returned, handed out next.
+    held: Option<GateEvent>,
+    /// Told the task that every running input is idle.
+    idle: bool,
 }
 
 impl InputGate {
@@ -55,12 +65,15 @@ impl InputGate {
                     logical,
                     watermark: WATERMARK_MIN,
                     ended: false,
+                    idle: false,
                     at_barrier: false,
                 })
                 .collect(),
             watermark: WATERMARK_MIN,
             pending: None,
             align,
+            held: None,
+            idle: false,
         }
     }
 
@@ -94,22 +107,41 @@ impl InputGate {
         }
     }
 
-    /// The minimum watermark over inputs still running.
-    fn min_watermark(&self) -> EventTime {
+    /// The minimum watermark over the inputs still running and not idle; `None` when every
+    /// running input is idle (nothing to wait for, nothing that moves time on).
+    fn min_watermark(&self) -> Option<EventTime> {
+        if self.inputs.iter().all(|i| i.ended) {
+            return Some(WATERMARK_MAX);
+        }
         self.inputs
             .iter()
-            .filter(|i| !i.ended)
+            .filter(|i| !i.ended && !i.idle)
             .map(|i| i.watermark)
             .min()
-            .unwrap_or(WATERMARK_MAX)
     }
 
     /// A watermark event if the minimum advanced.
     fn advance(&mut self) -> Option<GateEvent> {
-        let m = self.min_watermark();
+        let m = self.min_watermark()?;
         (m > self.watermark).then(|| {
             self.watermark = m;
             GateEvent::Watermark(m)
+        })
+    }
+
+    /// Input `i` delivered rows or a watermark: it is active.
+    fn activate(&mut self, i: usize) -> Option<GateEvent> {
+        self.inputs[i].idle = false;
+        self.idle_changed()
+    }
+
+    /// An idle event when "every running input is idle" changed.
+    fn idle_changed(&mut self) -> Option<GateEvent> {
+        let running: Vec<&Input> = self.inputs.iter().filter(|i| !i.ended).collect();
+        let all_idle = !running.is_empty() && running.iter().all(|i| i.idle);
+        (all_idle != self.idle).then(|| {
+            self.idle = all_idle;
+            GateEvent::Idle(all_idle)
         })
     }
 
@@ -128,18 +160,38 @@ impl InputGate {
     /// Waits for the next event for the task.
     pub fn next_event(&mut self) -> Result<GateEvent, TaskExit> {
         loop {
+            if let Some(ev) = self.held.take() {
+                return Ok(ev);
+            }
             if self.inputs.iter().all(|i| i.ended) {
                 return Ok(GateEvent::End);
             }
             let (i, msg) = self.receive()?;
             match msg {
                 Message::Batch(batch) => {
-                    return Ok(GateEvent::Batch(batch, self.inputs[i].logical))
+                    let ev = GateEvent::Batch(batch, self.inputs[i].logical);
+                    // The task hears that it is active again before the rows.
+                    if let Some(active) = self.activate(i) {
+                        self.held = Some(ev);
+                        return Ok(active);
+                    }
+                    return Ok(ev);
                 }
                 Message::Watermark(w) => {
                     let input = &mut self.inputs[i];
                     input.watermark = input.watermark.max(w);
-                    if let Some(ev) = self.advance() {
+                    let active = self.activate(i);
+                    let advanced = self.advance();
+                    if let Some(ev) = self.first_of(active, advanced) {
+                        return Ok(ev);
+                    }
+                }
+                Message::Idle(idle) => {
+                    self.inputs[i].idle = idle;
+                    // Leaving the minimum may move it on; after that the task may be idle.
+                    let advanced = self.advance();
+                    let changed = self.idle_changed();
+                    if let Some(ev) = self.first_of(advanced, changed) {
                         return Ok(ev);
                     }
                 }
@@ -166,11 +218,28 @@ impl InputGate {
                         // the watermark advance, if any, is picked up on the next call
                         return Ok(ev);
                     }
-                    if let Some(ev) = self.advance() {
+                    let advanced = self.advance();
+                    let changed = self.idle_changed();
+                    if let Some(ev) = self.first_of(advanced, changed) {
                         return Ok(ev);
                     }
                 }
             }
+        }
+    }
+
+    /// `first` now and `second` on the next call, whichever exist.
+    fn first_of(
+        &mut self,
+        first: Option<GateEvent>,
+        second: Option<GateEvent>,
+    ) -> Option<GateEvent> {
+        match (first, second) {
+            (Some(a), Some(b)) => {
+                self.held = Some(b);
+                Some(a)
+            }
+            (a, b) => a.or(b),
         }
     }
 
@@ -255,5 +324,73 @@ mod tests {
         assert!(matches!(gate.next_event().unwrap(), GateEvent::Batch(_, 0)));
         b_tx.send(barrier(1)).unwrap();
         assert!(matches!(gate.next_event().unwrap(), GateEvent::Barrier(_)));
+    }
+
+    fn next(gate: &mut InputGate) -> String {
+        match gate.next_event().unwrap() {
+            GateEvent::Batch(_, i) => format!("batch {i}"),
+            GateEvent::Watermark(w) => format!("watermark {w}"),
+            GateEvent::Barrier(b) => format!("barrier {}", b.epoch),
+            GateEvent::Idle(idle) => format!("idle {idle}"),
+            GateEvent::End => "end".into(),
+        }
+    }
+
+    fn rows() -> Message {
+        Message::Batch(RecordBatch::new_empty(std::sync::Arc::new(
+            datafusion::arrow::datatypes::Schema::empty(),
+        )))
+    }
+
+    /// One message at a time, so the order between inputs is fixed.
+    fn step(gate: &mut InputGate, tx: &crossbeam_channel::Sender<Message>, msg: Message) -> String {
+        tx.send(msg).unwrap();
+        next(gate)
+    }
+
+    #[test]
+    fn an_idle_input_stops_holding_the_watermark_until_it_is_active_again() {
+        let (a, a_rx) = bounded(16);
+        let (b, b_rx) = bounded(16);
+        let (c, c_rx) = bounded(16);
+        let mut gate = InputGate::new(vec![(a_rx, 0), (b_rx, 0), (c_rx, 1)], true);
+        c.send(Message::End).unwrap();
+        a.send(Message::Watermark(10)).unwrap();
+        assert_eq!(step(&mut gate, &b, Message::Watermark(5)), "watermark 5");
+        // b idle: a alone decides.
+        assert_eq!(step(&mut gate, &b, Message::Idle(true)), "watermark 10");
+        assert_eq!(step(&mut gate, &a, Message::Watermark(30)), "watermark 30");
+        // b back with rows: it counts again from its old watermark, so time stands still
+        // (never backwards) until b catches up.
+        b.send(Message::Idle(false)).unwrap();
+        assert_eq!(step(&mut gate, &b, rows()), "batch 0");
+        a.send(Message::Watermark(40)).unwrap();
+        assert_eq!(step(&mut gate, &b, Message::Watermark(35)), "watermark 35");
+        assert_eq!(step(&mut gate, &b, Message::Watermark(50)), "watermark 40");
+    }
+
+    #[test]
+    fn a_task_whose_inputs_are_all_idle_is_idle_and_wakes_up_with_the_first_rows() {
+        let (a, a_rx) = bounded(16);
+        let (b, b_rx) = bounded(16);
+        let mut gate = InputGate::new(vec![(a_rx, 0), (b_rx, 0)], false);
+        a.send(Message::Watermark(10)).unwrap();
+        assert_eq!(step(&mut gate, &b, Message::Watermark(10)), "watermark 10");
+        a.send(Message::Idle(true)).unwrap();
+        assert_eq!(step(&mut gate, &b, Message::Idle(true)), "idle true");
+        // Rows from a: the task hears it is active before it gets them.
+        assert_eq!(step(&mut gate, &a, rows()), "idle false");
+        assert_eq!(next(&mut gate), "batch 0");
+        // b is still idle: a alone moves time on.
+        assert_eq!(step(&mut gate, &a, Message::Watermark(15)), "watermark 15");
+        assert_eq!(step(&mut gate, &a, Message::Idle(true)), "idle true");
+        // Both end: time jumps to the end, and an ended task is no longer idle.
+        a.send(Message::End).unwrap();
+        assert_eq!(
+            step(&mut gate, &b, Message::End),
+            format!("watermark {WATERMARK_MAX}")
+        );
+        assert_eq!(next(&mut gate), "idle false");
+        assert_eq!(next(&mut gate), "end");
     }
 }

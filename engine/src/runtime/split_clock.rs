@@ -10,7 +10,9 @@
 //!   determinism: whether a row is late then depends on timing.
 //! - A split that appears while running (a partition added to a topic) starts at the
 //!   instance's watermark, for the same reason.
-//! - When every split is idle the instance's watermark stays where it is.
+//! - When every split is idle the instance's watermark stays where it is, and the instance is
+//!   idle: the source task tells the tasks downstream, which stop waiting for its watermark
+//!   (otherwise one instance whose partitions are all silent would hold every window back).
 //!
 //! A reader with one split (files, the generator) goes through the same code with split 0.
 
@@ -38,6 +40,8 @@ pub struct SplitClock {
     watermark: EventTime,
     /// Checkpointed watermarks of splits this instance has not seen yet.
     restored: BTreeMap<u32, EventTime>,
+    /// When any split last delivered rows (or the clock was made).
+    last_rows: Instant,
 }
 
 impl SplitClock {
@@ -48,7 +52,15 @@ impl SplitClock {
             idle_timeout,
             watermark: WATERMARK_MIN,
             restored: BTreeMap::new(),
+            last_rows: Instant::now(),
         }
+    }
+
+    /// With `idle_timeout`: no split delivered rows for that long (also when the instance
+    /// reads no split at all).
+    pub fn idle(&self, now: Instant) -> bool {
+        self.idle_timeout
+            .is_some_and(|t| now.duration_since(self.last_rows) >= t)
     }
 
     /// Continues from a checkpoint: the instance's watermark and each split's.
@@ -109,6 +121,7 @@ impl SplitClock {
             s.idle = false;
         }
         s.last_active = now;
+        self.last_rows = now;
         s.assigner.assign(batch)
     }
 
@@ -224,5 +237,24 @@ mod tests {
         // A split never seen before starts at the instance's watermark.
         clock.sync(&[1, 5], now);
         assert_eq!(clock.split_watermarks(), vec![(0, 40), (1, 70), (5, 70)]);
+    }
+
+    #[test]
+    fn an_instance_is_idle_when_no_split_delivered_rows_for_the_timeout() {
+        let t0 = Instant::now();
+        let mut clock = SplitClock::new(spec(), Some(Duration::from_secs(5)));
+        // No split at all (more instances than partitions): idle after the timeout too.
+        assert!(!clock.idle(t0));
+        assert!(clock.idle(t0 + Duration::from_secs(6)));
+        clock.sync(&[0, 1], t0);
+        clock
+            .assign(0, batch(&[100]), t0 + Duration::from_secs(6))
+            .unwrap();
+        assert!(!clock.idle(t0 + Duration::from_secs(7)));
+        // split 1 silent all along, split 0 silent since 6 s: idle at 11 s
+        assert!(clock.idle(t0 + Duration::from_secs(11)));
+        // without a timeout never
+        let never = SplitClock::new(spec(), None);
+        assert!(!never.idle(t0 + Duration::from_secs(3600)));
     }
 }

@@ -156,6 +156,7 @@ pub fn run_source_task(
         outlets.watermark(&mut chain, sent_watermark)?;
     }
     let mut skipped = 0;
+    let mut idle = false;
     loop {
         if cancel.load(Ordering::Relaxed) {
             return Err(TaskExit::Disconnected);
@@ -181,6 +182,10 @@ pub fn run_source_task(
         clock.sync(&reader.splits(), now);
         match batch {
             Some(batch) => {
+                if idle {
+                    idle = false;
+                    outlets.control(Message::Idle(false))?;
+                }
                 info.metrics.add_rows_in(batch.num_rows() as u64);
                 let assigned = clock.assign(split, batch, now)?;
                 if assigned.late_rows > 0 {
@@ -198,6 +203,10 @@ pub fn run_source_task(
         if w > sent_watermark {
             sent_watermark = w;
             outlets.watermark(&mut chain, w)?;
+        }
+        if !idle && clock.idle(now) {
+            idle = true;
+            outlets.control(Message::Idle(true))?;
         }
         let now_skipped = reader.skipped_rows();
         if now_skipped > skipped {
@@ -244,6 +253,7 @@ pub fn run_operator_task(
                 outlets.batches(out)?;
             }
             GateEvent::Watermark(w) => outlets.watermark(&mut chain, w)?,
+            GateEvent::Idle(idle) => outlets.control(Message::Idle(idle))?,
             GateEvent::Barrier(barrier) => {
                 if let Some(c) = checkpoint.as_mut() {
                     c.ack(&mut chain, barrier, None)?;
