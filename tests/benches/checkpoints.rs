@@ -1,4 +1,4 @@
-//! What checkpoints cost, in one run (`cargo bench -p weir-tests --bench checkpoints`):
+//! What checkpoints cost, in one run (`cargo bench --workspace --bench checkpoints`):
 //!
 //! 1. Throughput of an exactly-once sink job (Nexmark bids, TUMBLE 10 s COUNT/MAX by auction,
 //!    into a file sink) at checkpoint intervals 100 ms, 1 s and 10 s, as a ratio to the same

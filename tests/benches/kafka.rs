@@ -1,4 +1,4 @@
-//! Kafka -> weir -> Kafka, measured (`cargo bench -p weir-tests --bench kafka`), against the
+//! Kafka -> weir -> Kafka, measured (`cargo bench --workspace --bench kafka`), against the
 //! tests' broker (tansu, started here on a free port; `scripts/setup.sh --tests` builds it).
 //!
 //! The job: JSON rows `{k, v, ts}` from a 3-partition topic, TUMBLE 1 s count and sum by `k`
@@ -16,20 +16,30 @@
 //! (`stop_at = 'end'`): rows/s of each setting as a ratio to at-least-once at 1 s (medians
 //! of 3).
 //!
+//! Duplicates: the same bounded job as a `weir` process (build it first: `cargo build
+//! --release`), SIGKILLed `WEIR_BENCH_KILLS` times (default 5) at random moments and resumed,
+//! at-least-once and exactly-once: how many rows read_uncommitted and read_committed
+//! consumers see for how many distinct results.
+//!
 //! Prints a table and writes `docs/kafka.svg`.
 
 #[allow(dead_code)]
 #[path = "../tests/common/kafka.rs"]
 mod broker;
+#[allow(dead_code)]
+#[path = "../tests/common/process.rs"]
+mod process;
 mod util;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use broker::Broker;
 use chrono::DateTime;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 use util::{env_usize, latency_chart, median, parse_ms, print_chart_rows, run, ChartRow};
 use weir_connectors::kafka::consumer;
 use weir_planner::{Session, SessionConfig};
@@ -58,7 +68,33 @@ fn row(i: usize, ts: i64) -> String {
     )
 }
 
-/// Starts the job in a new session; `source` is more WITH options of the table.
+/// The job's statements; `source` is more WITH options of the table.
+fn statements(
+    broker: &Broker,
+    out: &str,
+    interval: &str,
+    delivery: &str,
+    source: &str,
+) -> [String; 4] {
+    let b = broker.bootstrap();
+    [
+        format!(
+            "CREATE TABLE events (k VARCHAR, v BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
+             WITH (connector = 'kafka', topic = 'events', bootstrap_servers = '{b}',
+                   format = 'json'{source})"
+        ),
+        format!("SET checkpoint_interval = '{interval}'"),
+        format!("SET delivery = '{delivery}'"),
+        format!(
+            "CREATE SINK agg WITH (connector = 'kafka', topic = '{out}', bootstrap_servers = '{b}',
+                   format = 'csv', key = 'k') AS
+             SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total
+             FROM TUMBLE(events, ts, INTERVAL '1' SECOND) GROUP BY window_start, window_end, k"
+        ),
+    ]
+}
+
+/// Starts the job in a new session.
 fn start(
     broker: &Broker,
     dir: &Path,
@@ -73,26 +109,9 @@ fn start(
         ..SessionConfig::default()
     })
     .unwrap();
-    let b = broker.bootstrap();
-    run(
-        &mut s,
-        &format!(
-            "CREATE TABLE events (k VARCHAR, v BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts)
-             WITH (connector = 'kafka', topic = 'events', bootstrap_servers = '{b}',
-                   format = 'json'{source})"
-        ),
-    );
-    run(&mut s, &format!("SET checkpoint_interval = '{interval}'"));
-    run(&mut s, &format!("SET delivery = '{delivery}'"));
-    run(
-        &mut s,
-        &format!(
-            "CREATE SINK agg WITH (connector = 'kafka', topic = '{out}', bootstrap_servers = '{b}',
-                   format = 'csv', key = 'k') AS
-             SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total
-             FROM TUMBLE(events, ts, INTERVAL '1' SECOND) GROUP BY window_start, window_end, k"
-        ),
-    );
+    for statement in statements(broker, out, interval, delivery, source) {
+        run(&mut s, &statement);
+    }
     s
 }
 
@@ -186,6 +205,55 @@ fn throughput(broker: &Broker, out: &str, interval: &str, delivery: &str, rows: 
     read / secs
 }
 
+/// The bounded job as a `weir` process, SIGKILLed `kills` times at random moments and resumed
+/// each time: (rows a read_uncommitted consumer sees, rows a read_committed one sees, distinct
+/// results).
+fn after_kills(
+    broker: &Broker,
+    out: &str,
+    delivery: &str,
+    kills: usize,
+    seed: u64,
+) -> (usize, usize, usize) {
+    broker.create_topic(out, 2);
+    let dir = tempfile::tempdir().unwrap();
+    // Slowed down so that the job runs for several seconds and the kills land inside it.
+    let script = statements(
+        broker,
+        out,
+        "1s",
+        delivery,
+        ", stop_at = 'end', rate = '20000'",
+    )
+    .join(";\n")
+        + ";\n";
+    let path = dir.path().join("job.sql");
+    std::fs::write(&path, script).unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let resumes = vec![2; kills - 1];
+    process::kill_and_resume(
+        &path,
+        &dir.path().join("data"),
+        "agg",
+        dir.path(),
+        &mut rng,
+        (1_000, 3_000),
+        &resumes,
+        (1_000, 3_000),
+        None,
+    );
+    let values = |by_partition: BTreeMap<i32, Vec<String>>| -> Vec<String> {
+        by_partition.into_values().flatten().collect()
+    };
+    let uncommitted = values(broker::read_uncommitted(broker, out));
+    let committed = values(broker::read_committed(broker, out));
+    let distinct: BTreeSet<String> = uncommitted
+        .iter()
+        .map(|r| r.split(',').take(3).collect::<Vec<_>>().join(","))
+        .collect();
+    (uncommitted.len(), committed.len(), distinct.len())
+}
+
 fn main() {
     let rate = env_usize("WEIR_BENCH_RATE", 3_000);
     let rows = env_usize("WEIR_BENCH_ROWS", 300_000);
@@ -237,6 +305,22 @@ fn main() {
          medians of 3.\n"
     );
     print_chart_rows(&table, "results");
+    let kills = env_usize("WEIR_BENCH_KILLS", 5);
+    println!(
+        "\nDuplicates after {kills} SIGKILLs and resumes (checkpoints every 1 s, the {rows} rows \
+         read at 40,000 rows/s):\n"
+    );
+    println!("| delivery | results | read_uncommitted sees | read_committed sees |");
+    println!("|---|---|---|---|");
+    for (i, delivery) in ["at_least_once", "exactly_once"].iter().enumerate() {
+        let (uncommitted, committed, distinct) =
+            after_kills(&broker, &format!("k{i}"), delivery, kills, 7 + i as u64);
+        println!(
+            "| {delivery} | {distinct} | {uncommitted} ({:+}) | {committed} ({:+}) |",
+            uncommitted as i64 - distinct as i64,
+            committed as i64 - distinct as i64
+        );
+    }
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/kafka.svg");
     let chart = latency_chart(
         "weir: Kafka -> Kafka, result visible to read_committed vs throughput",

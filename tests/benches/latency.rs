@@ -1,5 +1,5 @@
 //! Visibility latency against throughput: the trade-off `checkpoint_interval` and `delivery`
-//! tune (`cargo bench -p weir-tests --bench latency`).
+//! tune (`cargo bench --workspace --bench latency`).
 //!
 //! Latency: Nexmark bids at 9,200 bids/s of wall clock with the generator's event time locked
 //! to the wall clock (10,000 events/s of event time, bids are 46 of every 50 events), TUMBLE

@@ -1,5 +1,5 @@
 //! Nexmark q0, q1, q2, q5, q7 and q8 (`examples/nexmark/*.sql`, as a user runs them) into a
-//! blackhole sink, in one run (`cargo bench -p weir-tests --bench nexmark`):
+//! blackhole sink, in one run (`cargo bench --workspace --bench nexmark`):
 //!
 //! - each query over `WEIR_BENCH_EVENTS` generated events (default 10,000,000; events count
 //!   persons, auctions and bids together, as Flink's `nexmark.events.num`), exactly-once with

@@ -5,7 +5,7 @@
 //! - over the Nexmark generator (weir only, with a generator-only baseline).
 //!
 //! Each figure is the median of `WEIR_BENCH_RUNS` runs (default 3). Run with
-//! `cargo bench -p weir-tests --bench tumble`.
+//! `cargo bench --workspace --bench tumble`.
 
 mod util;
 
