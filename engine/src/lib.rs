@@ -33,5 +33,5 @@ pub use message::{Barrier, BarrierKind, Message, WATERMARK_MAX, WATERMARK_MIN};
 pub use metrics::{JobMetrics, MetricsSnapshot};
 pub use operator::{Operator, Output};
 pub use runtime::{partition_of_rows, spawn_job, JobConfig, JobHandle};
-pub use source::{SourcePoll, SourceReader};
+pub use source::{SourcePoll, SourceReader, SplitId};
 pub use window::WindowSpec;

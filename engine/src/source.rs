@@ -5,6 +5,10 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
 
+/// Names a split of a source (a Kafka partition): the same split must get the same id in
+/// every run and in every instance, since checkpoints keep each split's watermark under it.
+pub type SplitId = u64;
+
 /// What a poll of a source returned.
 #[derive(Debug)]
 pub enum SourcePoll {
@@ -12,7 +16,7 @@ pub enum SourcePoll {
     Batch(RecordBatch),
     /// New rows of one split (a partition) of a reader that reads several; each split keeps
     /// its own watermark (see [`SourceReader::splits`]).
-    SplitBatch { split: u32, batch: RecordBatch },
+    SplitBatch { split: SplitId, batch: RecordBatch },
     /// Nothing available right now (a rate-limited or live source); poll again later.
     Pending,
     /// A bounded source is finished.
@@ -37,7 +41,7 @@ pub trait SourceReader: Send {
     /// is the minimum over them, so a split that has delivered nothing yet holds it back. May
     /// grow while running (a partition added to a topic). Readers of one split keep the
     /// default.
-    fn splits(&self) -> Vec<u32> {
+    fn splits(&self) -> Vec<SplitId> {
         vec![0]
     }
 

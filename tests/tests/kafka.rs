@@ -673,6 +673,132 @@ fn a_source_instance_whose_partitions_are_silent_does_not_hold_windows_back() {
     );
 }
 
+/// `topic_pattern`: every topic whose whole name matches is read, also one created while the
+/// job runs (found at the next discovery, read from its start); a topic that does not match is
+/// not read. Output = DataFusion batch SQL over the matching topics' rows.
+#[test]
+fn a_topic_pattern_reads_matching_topics_and_picks_up_new_ones() {
+    let work = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    broker.create_topic("ev-a", 2);
+    broker.create_topic("other", 1);
+    broker.create_topic("pat", 2);
+    let value = |id: i64, k: &str| {
+        format!(
+            "{{\"id\": {id}, \"k\": \"{k}\", \"v\": {}, \"ts\": \"{}\"}}",
+            id % 97,
+            ts_text(BASE_MS + id * 20)
+        )
+    };
+    // Rows in time order within every partition; the first 30 s in ev-a, the rest in ev-a
+    // and ev-b (created later). The same ids with another key in `other`, which must not
+    // be read.
+    let mut reference = String::from("id,k,v,ts,wprev\n");
+    let mut by_partition: BTreeMap<(&str, i32), Vec<(i64, String)>> = BTreeMap::new();
+    let mut last: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+    for id in 0..3_000i64 {
+        let k = format!("k{}", id % 5);
+        let part = if id >= 1_500 && id % 3 == 0 {
+            ("ev-b", 0)
+        } else {
+            ("ev-a", (id % 2) as i32)
+        };
+        by_partition
+            .entry(part)
+            .or_default()
+            .push((id, value(id, &k)));
+        last.insert(part, BASE_MS + id * 20);
+        writeln!(
+            reference,
+            "{id},{k},{},{},1900-01-01 00:00:00.000",
+            id % 97,
+            ts_text(BASE_MS + id * 20)
+        )
+        .unwrap();
+    }
+    let reference_path = work.path().join("reference.csv");
+    std::fs::write(&reference_path, reference).unwrap();
+    let until = last.values().copied().min().unwrap() - BOUND_MS;
+    let expected = reference_rows(&reference_path, Some(until));
+    assert!(expected.len() >= 25, "{} reference rows", expected.len());
+    // The first 30 s (ids below 1,500) now, the rest later.
+    let values = |part: (&str, i32), first: bool| -> Vec<String> {
+        by_partition[&part]
+            .iter()
+            .filter(|(id, _)| (*id < 1_500) == first)
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    for p in 0..2 {
+        broker.produce("ev-a", p, &values(("ev-a", p), true));
+    }
+    let other: Vec<String> = (0..1_500).map(|id| value(id, "zz")).collect();
+    broker.produce("other", 0, &other);
+
+    let dir = work.path().join("pattern");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("job.sql");
+    std::fs::write(
+        &path,
+        format!(
+            "CREATE TABLE events (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+               WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+             WITH (connector = 'kafka', topic_pattern = 'ev-.*', bootstrap_servers = '{b}',
+                   format = 'json', partition_discovery = '200ms');
+             SET checkpoint_interval = '100ms';
+             CREATE SINK big WITH (connector = 'kafka', topic = 'pat', bootstrap_servers = '{b}',
+                   format = 'csv', key = 'k') AS
+             SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total
+             FROM TUMBLE(events, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end, k;",
+            b = broker.bootstrap()
+        ),
+    )
+    .unwrap();
+    let data = dir.join("data");
+    let child = spawn(
+        &[
+            "-f",
+            path.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--parallelism",
+            "2",
+        ],
+        &dir,
+    );
+    let early = wait_for_committed(&broker, "pat", 1, std::time::Duration::from_secs(60));
+    assert!(
+        !early.is_empty(),
+        "no window committed from the first topic"
+    );
+    // ev-b appears; its rows are there before the job finds it, then ev-a goes on.
+    broker.create_topic("ev-b", 1);
+    broker.produce("ev-b", 0, &values(("ev-b", 0), false));
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    for p in 0..2 {
+        broker.produce("ev-a", p, &values(("ev-a", p), false));
+    }
+    let got = wait_for_committed(
+        &broker,
+        "pat",
+        expected.len(),
+        std::time::Duration::from_secs(60),
+    );
+    interrupt(&child);
+    let stderr = finish(child, "the job over a topic pattern, stopped with Ctrl-C");
+    assert!(
+        got.len() >= expected.len(),
+        "not every window came: {}",
+        describe_difference(&got, &expected)
+    );
+    let got = all_values(read_committed(&broker, "pat"));
+    assert!(
+        got == expected,
+        "output differs: {}; {stderr}",
+        describe_difference(&got, &expected)
+    );
+}
+
 fn workspace() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

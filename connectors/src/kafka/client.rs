@@ -408,6 +408,25 @@ impl Cluster {
         self.apply_metadata(&resp)
     }
 
+    /// The names of the cluster's topics, sorted, without internal ones (flagged internal, or
+    /// named `__...` as Kafka's own are).
+    pub fn topic_names(&mut self) -> KafkaResult<Vec<String>> {
+        let request = MetadataRequest::default()
+            .with_topics(None)
+            .with_allow_auto_topic_creation(false);
+        let address = self.any_connection()?.address().to_string();
+        let resp: MetadataResponse = self.on(&address, |c| c.call(&request))?;
+        let mut names: Vec<String> = resp
+            .topics
+            .iter()
+            .filter(|t| t.error_code == 0 && !t.is_internal)
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+            .filter(|n| !n.starts_with("__"))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     fn apply_metadata(&mut self, resp: &MetadataResponse) -> KafkaResult<()> {
         for b in &resp.brokers {
             self.brokers

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_engine::{EngineError, Result as EngineResult, SourcePoll, SourceReader, TaskInfo};
+use weir_engine::{
+    EngineError, Result as EngineResult, SourcePoll, SourceReader, SplitId, TaskInfo,
+};
 
 use super::client::Cluster;
 use super::consumer::{self, OffsetSpec};
@@ -23,13 +25,18 @@ use crate::rate::RateLimit;
 const FETCH_WAIT: Duration = Duration::from_millis(50);
 /// Bytes per partition per fetch.
 const FETCH_BYTES: i32 = 1 << 20;
-/// Splits are numbered `topic index << SPLIT_TOPIC_SHIFT | partition`.
-const SPLIT_TOPIC_SHIFT: u32 = 20;
+/// What a table reads: named topics, or every topic whose whole name matches a pattern
+/// (looked for again at every discovery, so topics created later join).
+#[derive(Debug)]
+pub enum Subscription {
+    Topics(Vec<String>),
+    Pattern(regex::Regex),
+}
 
 /// What a reader needs of its factory.
 pub(super) struct Spec {
     pub(super) table: String,
-    pub(super) topics: Vec<String>,
+    pub(super) subscription: Subscription,
     pub(super) layout: RowLayout,
     pub(super) startup: Startup,
     pub(super) group_id: Option<String>,
@@ -37,25 +44,43 @@ pub(super) struct Spec {
     pub(super) batch_size: usize,
     pub(super) discovery: Duration,
     pub(super) stop_at_end: bool,
-    pub(super) assignment: Assignment,
 }
 
-/// Which instance reads which partition: `(hash(topic) + partition) % instances`, with a hash
-/// that is the same in every run (checkpoints rely on it).
-pub(super) struct Assignment {
-    pub(super) topics: Vec<String>,
-}
-
-impl Assignment {
-    pub(super) fn owner(&self, topic: usize, partition: i32, instances: usize) -> usize {
-        // FNV-1a of the topic name.
-        let mut h: u32 = 0x811c_9dc5;
-        for b in self.topics[topic].bytes() {
-            h ^= b as u32;
-            h = h.wrapping_mul(0x0100_0193);
-        }
-        ((h as usize & 0x7fff_ffff) + partition.max(0) as usize) % instances.max(1)
+/// FNV-1a, 64 bits: the same in every run (checkpoints rely on it).
+fn fnv1a(text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
     }
+    h
+}
+
+/// Which instance reads a partition: `(hash(topic) + partition) % instances`, with a hash that
+/// is the same in every run (checkpoints rely on it).
+pub(super) fn owner(topic: &str, partition: i32, instances: usize) -> usize {
+    // FNV-1a, 32 bits.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in topic.bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    ((h as usize & 0x7fff_ffff) + partition.max(0) as usize) % instances.max(1)
+}
+
+/// Bits of a split id that number the partition; the others come from the topic's name.
+const PARTITION_BITS: u32 = 24;
+
+/// The topic part of a split id.
+fn topic_bits(topic: &str) -> SplitId {
+    fnv1a(topic) >> PARTITION_BITS
+}
+
+/// A partition's split id, from the topic's name, so that it is the same in every run and
+/// every instance whatever order topics are found in.
+fn split_id(topic: &str, partition: i32) -> SplitId {
+    (topic_bits(topic) << PARTITION_BITS)
+        | (partition.max(0) as SplitId & ((1 << PARTITION_BITS) - 1))
 }
 
 /// A checkpointed position: next offset (and, with `stop_at = 'end'`, the end) of every
@@ -123,6 +148,8 @@ struct Pending {
 pub(super) struct KafkaReader {
     spec: Arc<Spec>,
     cluster: Cluster,
+    /// The topics read, in the order found; `owned` and `pending` refer to them by index.
+    topics: Vec<String>,
     instance: usize,
     instances: usize,
     /// (topic index, partition) -> where it stands.
@@ -150,9 +177,14 @@ impl KafkaReader {
         fresh: bool,
         rate: RateLimit,
     ) -> EngineResult<Self> {
+        let topics = match &spec.subscription {
+            Subscription::Topics(t) => t.clone(),
+            Subscription::Pattern(_) => Vec::new(),
+        };
         let mut reader = Self {
             spec,
             cluster,
+            topics,
             instance: task.instance,
             instances: task.parallelism,
             owned: BTreeMap::new(),
@@ -176,12 +208,36 @@ impl KafkaReader {
     /// starts.
     fn discover(&mut self) -> EngineResult<()> {
         self.next_discovery = Instant::now() + self.spec.discovery;
-        let names: Vec<&str> = self.spec.topics.iter().map(|s| s.as_str()).collect();
+        if let Subscription::Pattern(pattern) = &self.spec.subscription {
+            let found = self
+                .cluster
+                .topic_names()
+                .map_err(|e| engine_error(&self.what(), e))?;
+            for name in found {
+                if !pattern.is_match(&name) || self.topics.contains(&name) {
+                    continue;
+                }
+                // Two topics whose split ids would be equal would share one watermark.
+                if let Some(other) = self
+                    .topics
+                    .iter()
+                    .find(|t| topic_bits(t) == topic_bits(&name))
+                {
+                    return Err(EngineError::BadInput(format!(
+                        "table {}: topics '{other}' and '{name}' both match the pattern and \
+                         hash to the same split ids; narrow the pattern or list the topics",
+                        self.spec.table
+                    )));
+                }
+                self.topics.push(name);
+            }
+        }
+        let names: Vec<&str> = self.topics.iter().map(|s| s.as_str()).collect();
         self.cluster
             .refresh(&names)
             .map_err(|e| engine_error(&self.what(), e))?;
         let mut new: Vec<(usize, i32)> = Vec::new();
-        for (ti, t) in self.spec.topics.iter().enumerate() {
+        for (ti, t) in self.topics.iter().enumerate() {
             let parts = self
                 .cluster
                 .partitions(t)
@@ -189,7 +245,7 @@ impl KafkaReader {
             for p in parts {
                 let id = (ti, p.partition);
                 if !self.owned.contains_key(&id)
-                    && self.spec.assignment.owner(ti, p.partition, self.instances) == self.instance
+                    && owner(t, p.partition, self.instances) == self.instance
                 {
                     new.push(id);
                 }
@@ -202,7 +258,7 @@ impl KafkaReader {
             return Ok(());
         }
         for (ti, partitions) in group_by_topic(&new) {
-            let topic = self.spec.topics[ti].clone();
+            let topic = self.topics[ti].clone();
             let mut starts: BTreeMap<i32, i64> = BTreeMap::new();
             let mut bases: BTreeMap<i32, i64> = BTreeMap::new();
             let mut unknown = Vec::new();
@@ -328,7 +384,7 @@ impl KafkaReader {
             m.into_iter().collect()
         };
         for (ti, parts) in by_topic {
-            let topic = self.spec.topics[ti].clone();
+            let topic = self.topics[ti].clone();
             let data = consumer::fetch(&mut self.cluster, &topic, &parts, FETCH_WAIT, FETCH_BYTES)
                 .map_err(|e| engine_error(&self.what(), e))?;
             for d in data {
@@ -388,7 +444,7 @@ impl KafkaReader {
     }
 
     /// Hands the next fetched batch to the job, moving its partition's position past it.
-    fn next_pending(&mut self) -> Option<(u32, RecordBatch)> {
+    fn next_pending(&mut self) -> Option<(SplitId, RecordBatch)> {
         while let Some(p) = self.pending.pop_front() {
             if let Some(o) = self.owned.get_mut(&p.part) {
                 if p.next >= o.offset {
@@ -398,7 +454,7 @@ impl KafkaReader {
             }
             if let Some(batch) = p.batch {
                 self.rate.took(batch.num_rows());
-                let split = ((p.part.0 as u32) << SPLIT_TOPIC_SHIFT) | p.part.1 as u32;
+                let split = split_id(&self.topics[p.part.0], p.part.1);
                 return Some((split, batch));
             }
         }
@@ -444,10 +500,10 @@ impl SourceReader for KafkaReader {
         }
     }
 
-    fn splits(&self) -> Vec<u32> {
+    fn splits(&self) -> Vec<SplitId> {
         self.owned
             .keys()
-            .map(|&(ti, p)| ((ti as u32) << SPLIT_TOPIC_SHIFT) | p as u32)
+            .map(|&(ti, p)| split_id(&self.topics[ti], p))
             .collect()
     }
 
@@ -460,13 +516,12 @@ impl SourceReader for KafkaReader {
         // a restore.
         let mut pos = Position::default();
         for (&(ti, p), o) in &self.owned {
-            pos.offsets.insert(key(&self.spec.topics[ti], p), o.offset);
+            pos.offsets.insert(key(&self.topics[ti], p), o.offset);
             if o.batch_base < o.offset {
-                pos.batches
-                    .insert(key(&self.spec.topics[ti], p), o.batch_base);
+                pos.batches.insert(key(&self.topics[ti], p), o.batch_base);
             }
             if let Some(s) = o.stop {
-                pos.stops.insert(key(&self.spec.topics[ti], p), s);
+                pos.stops.insert(key(&self.topics[ti], p), s);
             }
         }
         pos.encode()
@@ -485,5 +540,15 @@ mod tests {
         p.stops.insert("bids/0".into(), 99);
         assert_eq!(Position::decode(&p.encode()), Some(p));
         assert_eq!(Position::decode(b"garbage"), None);
+    }
+
+    #[test]
+    fn split_ids_come_from_the_topic_name_and_the_partition() {
+        // Not from the order topics were found in: a pattern finds them in any order.
+        assert_eq!(split_id("bids", 3), split_id("bids", 3));
+        assert_ne!(split_id("bids", 3), split_id("bids", 4));
+        assert_ne!(split_id("bids", 3), split_id("asks", 3));
+        assert_eq!(split_id("bids", 3) & 0xff_ffff, 3);
+        assert_eq!(split_id("bids", 3) >> PARTITION_BITS, topic_bits("bids"));
     }
 }

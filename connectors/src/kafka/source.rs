@@ -1,7 +1,9 @@
 //! The Kafka source: `CREATE TABLE t (...) WITH (connector = 'kafka', topic = '...',
 //! bootstrap_servers = '...', format = 'json' | 'csv' | 'raw', ...)`.
 //!
-//! Options: `topic` (a name or a comma-separated list), `bootstrap_servers`, `format`
+//! Options: `topic` (a name or a comma-separated list) or `topic_pattern` (a regular
+//! expression that must match a topic's whole name; internal `__` topics never match; topics
+//! created later join at the next discovery and are read from their start), `bootstrap_servers`, `format`
 //! (default json), `delimiter` (csv), `startup` (`earliest` default, `latest`, `group`,
 //! `timestamp:<ms>`), `group_id` (offsets are committed there after each completed checkpoint,
 //! for lag tools only; `startup = 'group'` starts from them), `include` (record metadata as
@@ -18,7 +20,7 @@
 //! offset of every partition the instance reads; on a restart at another parallelism every
 //! instance gets every old position and takes its own partitions'.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,7 +29,7 @@ use weir_engine::{EngineError, Result as EngineResult, SourceFactory, SourceRead
 
 use super::client::Cluster;
 use super::consumer;
-use super::reader::{Assignment, KafkaReader, Position, Spec};
+use super::reader::{KafkaReader, Position, Spec, Subscription};
 use super::values::{RowLayout, ValueFormat};
 use super::{engine_error, topic_list, KafkaConfig};
 use crate::error::{ConnectorError, Result};
@@ -38,6 +40,7 @@ use crate::rate::RateLimit;
 const OPTIONS: &[&str] = &[
     "connector",
     "topic",
+    "topic_pattern",
     "bootstrap_servers",
     "format",
     "delimiter",
@@ -67,7 +70,7 @@ pub enum Startup {
 pub struct KafkaSourceFactory {
     pub table: String,
     pub config: KafkaConfig,
-    pub topics: Vec<String>,
+    pub subscription: Arc<Subscription>,
     pub layout: RowLayout,
     pub startup: Startup,
     pub group_id: Option<String>,
@@ -85,7 +88,30 @@ impl KafkaSourceFactory {
     /// Validates the options and checks, now, that the brokers answer and every topic exists.
     pub fn from_options(table: &str, schema: SchemaRef, options: &mut Options) -> Result<Self> {
         let config = KafkaConfig::from_options(options)?;
-        let topics = topic_list("topic", &options.take_required("topic")?)?;
+        let subscription = match (options.take("topic"), options.take("topic_pattern")) {
+            (Some(list), None) => Subscription::Topics(topic_list("topic", &list)?),
+            (None, Some(pattern)) => {
+                Subscription::Pattern(regex::Regex::new(&format!("^(?:{pattern})$")).map_err(
+                    |e| ConnectorError::InvalidOption {
+                        option: "topic_pattern".into(),
+                        value: pattern.clone(),
+                        reason: format!("not a regular expression: {e}"),
+                    },
+                )?)
+            }
+            (Some(_), Some(_)) => {
+                return Err(ConnectorError::InvalidOption {
+                    option: "topic_pattern".into(),
+                    value: "".into(),
+                    reason: "give either topic or topic_pattern, not both".into(),
+                })
+            }
+            (None, None) => {
+                return Err(ConnectorError::MissingOption(
+                    "topic (or topic_pattern)".into(),
+                ))
+            }
+        };
         let format = match options
             .take("format")
             .unwrap_or_else(|| "json".into())
@@ -202,7 +228,7 @@ impl KafkaSourceFactory {
         let me = Self {
             table: table.to_string(),
             config,
-            topics,
+            subscription: Arc::new(subscription),
             layout,
             startup,
             group_id,
@@ -220,9 +246,26 @@ impl KafkaSourceFactory {
         Ok(me)
     }
 
-    /// Every (topic index, partition) of the topics.
+    /// The topics read now: the listed ones, or those the pattern matches.
+    fn topics(&self, cluster: &mut Cluster) -> EngineResult<Vec<String>> {
+        match self.subscription.as_ref() {
+            Subscription::Topics(t) => Ok(t.clone()),
+            Subscription::Pattern(p) => Ok(cluster
+                .topic_names()
+                .map_err(|e| engine_error(&format!("table {}", self.table), e))?
+                .into_iter()
+                .filter(|t| p.is_match(t))
+                .collect()),
+        }
+    }
+
+    /// Every (topic index, partition) of the topics read now.
     fn all_partitions(&self, cluster: &mut Cluster) -> EngineResult<Vec<(usize, i32)>> {
-        let names: Vec<&str> = self.topics.iter().map(|s| s.as_str()).collect();
+        let topics = self.topics(cluster)?;
+        if topics.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<&str> = topics.iter().map(|s| s.as_str()).collect();
         cluster.refresh(&names).map_err(|e| {
             if e.code() == Some(kafka_protocol::error::ResponseError::UnknownTopicOrPartition) {
                 EngineError::BadInput(format!(
@@ -234,7 +277,7 @@ impl KafkaSourceFactory {
             }
         })?;
         let mut out = Vec::new();
-        for (i, t) in self.topics.iter().enumerate() {
+        for (i, t) in topics.iter().enumerate() {
             let parts = cluster
                 .partitions(t)
                 .map_err(|e| engine_error(&format!("table {}", self.table), e))?;
@@ -271,7 +314,7 @@ impl KafkaSourceFactory {
     fn clone_spec(&self) -> Arc<Spec> {
         Arc::new(Spec {
             table: self.table.clone(),
-            topics: self.topics.clone(),
+            subscription: Arc::clone(&self.subscription),
             layout: self.layout.clone(),
             startup: self.startup,
             group_id: self.group_id.clone(),
@@ -279,18 +322,21 @@ impl KafkaSourceFactory {
             batch_size: self.batch_size,
             discovery: self.discovery,
             stop_at_end: self.stop_at_end,
-            assignment: Assignment {
-                topics: self.topics.clone(),
-            },
         })
     }
 }
 
 impl SourceFactory for KafkaSourceFactory {
     fn describe(&self) -> String {
+        let topics = match self.subscription.as_ref() {
+            Subscription::Topics(t) => format!("topic {}", t.join(", ")),
+            Subscription::Pattern(p) => {
+                let p = p.as_str();
+                format!("topics matching {}", &p[4..p.len() - 2])
+            }
+        };
         format!(
-            "KafkaSource: topic {} at {} ({}) as {}",
-            self.topics.join(", "),
+            "KafkaSource: {topics} at {} ({}) as {}",
             self.config.bootstrap_servers,
             self.layout.format.name(),
             self.table
@@ -355,7 +401,12 @@ impl SourceFactory for KafkaSourceFactory {
             return;
         };
         let mut failed = false;
-        for t in &self.topics {
+        let topics: BTreeSet<&str> = merged
+            .offsets
+            .keys()
+            .filter_map(|k| Some(k.rsplit_once('/')?.0))
+            .collect();
+        for t in topics {
             let offsets: BTreeMap<i32, i64> = merged
                 .offsets
                 .iter()
@@ -375,19 +426,16 @@ impl SourceFactory for KafkaSourceFactory {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::reader::owner;
 
     #[test]
     fn partitions_spread_over_instances() {
-        let owner = Assignment {
-            topics: vec!["bids".into()],
-        };
         let mut counts = [0; 3];
         for p in 0..30 {
-            counts[owner.owner(0, p, 3)] += 1;
+            counts[owner("bids", p, 3)] += 1;
         }
         assert_eq!(counts, [10, 10, 10]);
         // The same answer every time (checkpoints rely on it).
-        assert_eq!(owner.owner(0, 7, 3), owner.owner(0, 7, 3));
+        assert_eq!(owner("bids", 7, 3), owner("bids", 7, 3));
     }
 }

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::error::{EngineError, Result};
 use crate::message::EventTime;
+use crate::source::SplitId;
 
 const FORMAT_VERSION: u64 = 1;
 const CHECKSUM_PREFIX: &str = "crc32 ";
@@ -36,7 +37,7 @@ pub struct SourceCheckpoint {
     /// The instance's watermark (the minimum over its splits' running maxima).
     pub watermark: EventTime,
     /// Each split's watermark (running maximum), so lateness is judged as before.
-    pub splits: Vec<(u32, EventTime)>,
+    pub splits: Vec<(SplitId, EventTime)>,
 }
 
 /// Output a sink made durable but not visible, to be committed with the checkpoint.
@@ -321,7 +322,7 @@ impl Manifest {
                                 .iter()
                                 .map(|p| {
                                     Ok((
-                                        p[0].as_u64().ok_or_else(|| bad("splits"))? as u32,
+                                        p[0].as_u64().ok_or_else(|| bad("splits"))?,
                                         p[1].as_i64().ok_or_else(|| bad("splits"))?,
                                     ))
                                 })

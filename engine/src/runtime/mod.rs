@@ -465,7 +465,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                             .map(|p| p.watermark)
                             .min()
                             .unwrap_or(WATERMARK_MIN);
-                        let splits: Vec<(u32, i64)> =
+                        let splits: Vec<(crate::source::SplitId, i64)> =
                             old.iter().flat_map(|p| p.splits.iter().copied()).collect();
                         clock.restore(watermark, &splits);
                         src.factory.create_rescaled(&info, &positions)

@@ -24,6 +24,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use crate::error::Result;
 use crate::event_time::{Assigned, EventTimeAssigner, EventTimeSpec};
 use crate::message::{EventTime, WATERMARK_MIN};
+use crate::source::SplitId;
 
 struct Split {
     assigner: EventTimeAssigner,
@@ -34,12 +35,12 @@ struct Split {
 /// The event-time assigners of one source instance, one per split.
 pub struct SplitClock {
     spec: EventTimeSpec,
-    splits: BTreeMap<u32, Split>,
+    splits: BTreeMap<SplitId, Split>,
     idle_timeout: Option<Duration>,
     /// The instance's watermark as last computed; never goes backwards.
     watermark: EventTime,
     /// Checkpointed watermarks of splits this instance has not seen yet.
-    restored: BTreeMap<u32, EventTime>,
+    restored: BTreeMap<SplitId, EventTime>,
     /// When any split last delivered rows (or the clock was made).
     last_rows: Instant,
 }
@@ -64,7 +65,7 @@ impl SplitClock {
     }
 
     /// Continues from a checkpoint: the instance's watermark and each split's.
-    pub fn restore(&mut self, watermark: EventTime, splits: &[(u32, EventTime)]) {
+    pub fn restore(&mut self, watermark: EventTime, splits: &[(SplitId, EventTime)]) {
         self.watermark = self.watermark.max(watermark);
         for &(split, w) in splits {
             let e = self.restored.entry(split).or_insert(w);
@@ -78,7 +79,7 @@ impl SplitClock {
     }
 
     /// Makes the set of splits match what the reader reads now.
-    pub fn sync(&mut self, splits: &[u32], now: Instant) {
+    pub fn sync(&mut self, splits: &[SplitId], now: Instant) {
         if splits.len() == self.splits.len() && splits.iter().all(|s| self.splits.contains_key(s)) {
             return;
         }
@@ -104,9 +105,9 @@ impl SplitClock {
     }
 
     /// Judges and assigns `batch`, read from `split`.
-    pub fn assign(&mut self, split: u32, batch: RecordBatch, now: Instant) -> Result<Assigned> {
+    pub fn assign(&mut self, split: SplitId, batch: RecordBatch, now: Instant) -> Result<Assigned> {
         if !self.splits.contains_key(&split) {
-            let mut ids: Vec<u32> = self.splits.keys().copied().collect();
+            let mut ids: Vec<SplitId> = self.splits.keys().copied().collect();
             ids.push(split);
             self.sync(&ids, now);
         }
@@ -147,7 +148,7 @@ impl SplitClock {
     }
 
     /// Each split's watermark, for a checkpoint (splits not seen yet keep their restored one).
-    pub fn split_watermarks(&self) -> Vec<(u32, EventTime)> {
+    pub fn split_watermarks(&self) -> Vec<(SplitId, EventTime)> {
         let mut out = self.restored.clone();
         for (id, s) in &self.splits {
             out.insert(*id, s.assigner.watermark());
