@@ -36,7 +36,7 @@ pub enum Subscription {
 /// What a reader needs of its factory.
 pub(super) struct Spec {
     pub(super) table: String,
-    pub(super) subscription: Subscription,
+    pub(super) subscription: Arc<Subscription>,
     pub(super) layout: RowLayout,
     pub(super) startup: Startup,
     pub(super) group_id: Option<String>,
@@ -177,7 +177,7 @@ impl KafkaReader {
         fresh: bool,
         rate: RateLimit,
     ) -> EngineResult<Self> {
-        let topics = match &spec.subscription {
+        let topics = match spec.subscription.as_ref() {
             Subscription::Topics(t) => t.clone(),
             Subscription::Pattern(_) => Vec::new(),
         };
@@ -208,7 +208,7 @@ impl KafkaReader {
     /// starts.
     fn discover(&mut self) -> EngineResult<()> {
         self.next_discovery = Instant::now() + self.spec.discovery;
-        if let Subscription::Pattern(pattern) = &self.spec.subscription {
+        if let Subscription::Pattern(pattern) = self.spec.subscription.as_ref() {
             let found = self
                 .cluster
                 .topic_names()
