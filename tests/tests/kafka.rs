@@ -11,102 +11,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use chrono::DateTime;
 use common::kafka::{read_committed, read_uncommitted, Broker};
 use common::process::{finish, kill_and_resume, spawn};
-use datafusion::prelude::SessionContext;
+use common::reference::{closed_reference_rows, partitioned_input, ts_text, BASE_MS, BOUND_MS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use weir_planner::display::batch_rows;
 
-const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01 00:00:00 UTC
-const BOUND_MS: i64 = 2_000;
 const PARTITIONS: i32 = 3;
-
-fn ts_text(ms: i64) -> String {
-    DateTime::from_timestamp_millis(ms)
-        .unwrap()
-        .format("%Y-%m-%d %H:%M:%S%.3f")
-        .to_string()
-}
-
-/// Rows for each partition (JSON values) with disorder within the watermark bound and some
-/// late rows, a reference CSV with each row's prior watermark in its own partition, and the
-/// watermark the source reaches once it has read every row (the minimum over partitions).
-fn input(
-    rows: usize,
-    seed: u64,
-    dir: &Path,
-) -> (BTreeMap<i32, Vec<String>>, std::path::PathBuf, i64) {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut parts: BTreeMap<i32, Vec<String>> = BTreeMap::new();
-    let mut running = [i64::MIN; PARTITIONS as usize];
-    let mut reference = String::from("id,k,v,ts,wprev\n");
-    let mut t = BASE_MS;
-    for id in 0..rows {
-        t += rng.gen_range(0..20);
-        let r: f64 = rng.gen();
-        let ts = if r < 0.2 {
-            t - rng.gen_range(0..BOUND_MS)
-        } else if r < 0.21 {
-            t - BOUND_MS - rng.gen_range(0..30_000)
-        } else {
-            t
-        };
-        let p = rng.gen_range(0..PARTITIONS);
-        let k = rng.gen_range(0..10);
-        let v: i64 = rng.gen_range(-100..1000);
-        let wprev = match running[p as usize] {
-            i64::MIN => "1900-01-01 00:00:00.000".to_string(),
-            w => ts_text(w),
-        };
-        parts.entry(p).or_default().push(format!(
-            "{{\"id\": {id}, \"k\": \"k{k}\", \"v\": {v}, \"ts\": \"{}\"}}",
-            ts_text(ts)
-        ));
-        writeln!(reference, "{id},k{k},{v},{},{wprev}", ts_text(ts)).unwrap();
-        running[p as usize] = running[p as usize].max(ts - BOUND_MS);
-    }
-    let path = dir.join("reference.csv");
-    std::fs::write(&path, reference).unwrap();
-    let watermark = running.iter().copied().min().unwrap_or(i64::MIN);
-    (parts, path, watermark)
-}
-
-/// TUMBLE 10 s count and sum by key over the rows that were not late in their partition, by
-/// DataFusion batch SQL, as `window_start,window_end,k,n,total` lines, sorted; with `until`,
-/// only the windows a watermark of `until` has closed (window_end <= until).
-fn reference_rows(reference: &Path, until: Option<i64>) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let ctx = SessionContext::new();
-        common::reference::register_reference(&ctx, "ref", reference).await;
-        let bin = "date_bin(INTERVAL '10 seconds', ts, TIMESTAMP '1970-01-01 00:00:00')";
-        let sql = format!(
-            "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total FROM (
-               SELECT *, {bin} AS window_start, {bin} + INTERVAL '10 seconds' AS window_end FROM ref)
-             WHERE window_end > wprev {closed} GROUP BY window_start, window_end, k",
-            closed = until
-                .map(|w| format!("AND window_end <= TIMESTAMP '{}'", ts_text(w)))
-                .unwrap_or_default()
-        );
-        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
-        let mut rows: Vec<String> = batches
-            .iter()
-            .flat_map(|b| batch_rows(b).unwrap())
-            .map(|r| {
-                r.into_iter()
-                    .map(|v| v.unwrap_or_default())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
-            .collect();
-        rows.sort();
-        rows
-    })
-}
 
 fn script(broker: &Broker, output: &str, delivery: &str, rate: u64) -> String {
     job_script(
@@ -173,13 +85,13 @@ fn setup(rows: usize, seed: u64) -> Setup {
     let work = tempfile::tempdir().unwrap();
     let broker = Broker::start();
     broker.create_topic("events", PARTITIONS);
-    let (parts, reference, _) = input(rows, seed, work.path());
+    let (parts, reference, _) = partitioned_input(rows, seed, work.path(), PARTITIONS);
     for (p, values) in &parts {
         for chunk in values.chunks(5000) {
             broker.produce("events", *p, chunk);
         }
     }
-    let expected = reference_rows(&reference, None);
+    let expected = closed_reference_rows(&reference, None);
     assert!(expected.len() > 100, "{} reference rows", expected.len());
     Setup {
         work,
@@ -513,8 +425,9 @@ fn an_unbounded_topic_fires_windows_as_it_grows_and_resumes_after_ctrl_c() {
     let broker = Broker::start();
     broker.create_topic("events", PARTITIONS);
     broker.create_topic("live", 2);
-    let (parts, reference, final_watermark) = input(30_000, 14, work.path());
-    let expected = reference_rows(&reference, Some(final_watermark));
+    let (parts, reference, final_watermark) =
+        partitioned_input(30_000, 14, work.path(), PARTITIONS);
+    let expected = closed_reference_rows(&reference, Some(final_watermark));
     let dir = work.path().join("live");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("job.sql");
@@ -624,7 +537,7 @@ fn a_source_instance_whose_partitions_are_silent_does_not_hold_windows_back() {
     }
     let reference_path = work.path().join("reference.csv");
     std::fs::write(&reference_path, reference).unwrap();
-    let expected = reference_rows(&reference_path, Some(last - BOUND_MS));
+    let expected = closed_reference_rows(&reference_path, Some(last - BOUND_MS));
     assert!(expected.len() >= 25, "{} reference rows", expected.len());
     for chunk in values.chunks(1_000) {
         broker.produce("events", 0, chunk);
@@ -719,7 +632,7 @@ fn a_topic_pattern_reads_matching_topics_and_picks_up_new_ones() {
     let reference_path = work.path().join("reference.csv");
     std::fs::write(&reference_path, reference).unwrap();
     let until = last.values().copied().min().unwrap() - BOUND_MS;
-    let expected = reference_rows(&reference_path, Some(until));
+    let expected = closed_reference_rows(&reference_path, Some(until));
     assert!(expected.len() >= 25, "{} reference rows", expected.len());
     // The first 30 s (ids below 1,500) now, the rest later.
     let values = |part: (&str, i32), first: bool| -> Vec<String> {

@@ -2,6 +2,7 @@
 //! engine independent of weir's streaming path): TUMBLE 10 s count and sum by key over the
 //! rows that are not late, found by a plain replay that writes each row's prior watermark.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -16,7 +17,7 @@ pub const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01 00:00:00 UTC
 /// The watermark bound of the tables over this input: `ts - INTERVAL '2' SECOND`.
 pub const BOUND_MS: i64 = 2_000;
 
-fn ts_text(ms: i64) -> String {
+pub fn ts_text(ms: i64) -> String {
     DateTime::from_timestamp_millis(ms)
         .unwrap()
         .format("%Y-%m-%d %H:%M:%S%.3f")
@@ -167,4 +168,83 @@ pub fn at_least_once(got: &[String], expected: &[String]) -> AtLeastOnce {
         }
     }
     report
+}
+
+/// Rows for each partition (JSON values) with disorder within the watermark bound and some
+/// late rows, a reference CSV with each row's prior watermark in its own partition, and the
+/// watermark the source reaches once it has read every row (the minimum over partitions).
+pub fn partitioned_input(
+    rows: usize,
+    seed: u64,
+    dir: &Path,
+    partitions: i32,
+) -> (BTreeMap<i32, Vec<String>>, PathBuf, i64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut parts: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    let mut running = vec![i64::MIN; partitions as usize];
+    let mut reference = String::from("id,k,v,ts,wprev\n");
+    let mut t = BASE_MS;
+    for id in 0..rows {
+        t += rng.gen_range(0..20);
+        let r: f64 = rng.gen();
+        let ts = if r < 0.2 {
+            t - rng.gen_range(0..BOUND_MS)
+        } else if r < 0.21 {
+            t - BOUND_MS - rng.gen_range(0..30_000)
+        } else {
+            t
+        };
+        let p = rng.gen_range(0..partitions);
+        let k = rng.gen_range(0..10);
+        let v: i64 = rng.gen_range(-100..1000);
+        let wprev = match running[p as usize] {
+            i64::MIN => "1900-01-01 00:00:00.000".to_string(),
+            w => ts_text(w),
+        };
+        parts.entry(p).or_default().push(format!(
+            "{{\"id\": {id}, \"k\": \"k{k}\", \"v\": {v}, \"ts\": \"{}\"}}",
+            ts_text(ts)
+        ));
+        writeln!(reference, "{id},k{k},{v},{},{wprev}", ts_text(ts)).unwrap();
+        running[p as usize] = running[p as usize].max(ts - BOUND_MS);
+    }
+    let path = dir.join("reference.csv");
+    std::fs::write(&path, reference).unwrap();
+    let watermark = running.iter().copied().min().unwrap_or(i64::MIN);
+    (parts, path, watermark)
+}
+
+/// TUMBLE 10 s count and sum by key over the rows that were not late in their partition, by
+/// DataFusion batch SQL, as `window_start,window_end,k,n,total` lines, sorted; with `until`,
+/// only the windows a watermark of `until` has closed (window_end <= until).
+pub fn closed_reference_rows(reference: &Path, until: Option<i64>) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        register_reference(&ctx, "ref", reference).await;
+        let bin = "date_bin(INTERVAL '10 seconds', ts, TIMESTAMP '1970-01-01 00:00:00')";
+        let sql = format!(
+            "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total FROM (
+               SELECT *, {bin} AS window_start, {bin} + INTERVAL '10 seconds' AS window_end FROM ref)
+             WHERE window_end > wprev {closed} GROUP BY window_start, window_end, k",
+            closed = until
+                .map(|w| format!("AND window_end <= TIMESTAMP '{}'", ts_text(w)))
+                .unwrap_or_default()
+        );
+        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        let mut rows: Vec<String> = batches
+            .iter()
+            .flat_map(|b| batch_rows(b).unwrap())
+            .map(|r| {
+                r.into_iter()
+                    .map(|v| v.unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        rows.sort();
+        rows
+    })
 }
