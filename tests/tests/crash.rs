@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use common::process::{committed_lines, kill_and_resume};
-use common::reference::{at_least_once, reference_rows, write_input};
+use common::reference::{reference_rows, write_input};
 
 fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
@@ -277,22 +277,5 @@ fn a_million_rows_survive_twenty_kills_exactly_once_and_at_least_once() {
     std::fs::create_dir_all(&alo).unwrap();
     let (got, killed) = run_with_kills(&alo, &events, "at_least_once", 21);
     assert!(killed >= 20, "only {killed} kills hit a running job");
-    let report = at_least_once(&got, &expected);
-    assert!(
-        report.lost.is_empty() && report.unknown.is_empty(),
-        "at-least-once lost {} results, e.g. {:?}; wrote {} rows of windows that do not exist, \
-         e.g. {:?}",
-        report.lost.len(),
-        &report.lost[..report.lost.len().min(5)],
-        report.unknown.len(),
-        &report.unknown[..report.unknown.len().min(5)]
-    );
-    eprintln!(
-        "at-least-once after {killed} kills: {} rows for {} results ({} repeated, {} windows \
-         counted rows twice)",
-        got.len(),
-        expected.len(),
-        report.repeated,
-        report.overcounted
-    );
+    common::reference::assert_at_least_once(&got, &expected, killed);
 }

@@ -219,24 +219,7 @@ fn at_least_once_loses_nothing_and_duplicates_are_counted() {
     let killed = kill_and_resume_at_random(&dir, &path, 12, 5);
     assert!(killed >= 4, "only {killed} kills hit a running job");
     let got = all_values(read_uncommitted(&s.broker, "alo"));
-    let report = common::reference::at_least_once(&got, &s.expected);
-    assert!(
-        report.lost.is_empty() && report.unknown.is_empty(),
-        "at-least-once lost {} results, e.g. {:?}; wrote {} rows of windows that do not exist, \
-         e.g. {:?}",
-        report.lost.len(),
-        &report.lost[..report.lost.len().min(5)],
-        report.unknown.len(),
-        &report.unknown[..report.unknown.len().min(5)]
-    );
-    eprintln!(
-        "at-least-once after {killed} kills: {} rows written for {} results ({} repeated, \
-         {} windows counted rows twice)",
-        got.len(),
-        s.expected.len(),
-        report.repeated,
-        report.overcounted
-    );
+    common::reference::assert_at_least_once(&got, &s.expected, killed);
 }
 
 #[test]

@@ -84,33 +84,7 @@ pub async fn register_reference(ctx: &SessionContext, name: &str, reference: &Pa
 /// `window_start, window_end, k, n, total` of TUMBLE 10 s over the reference rows that are
 /// not late, by DataFusion, each row's values joined by `sep`, sorted.
 pub fn reference_rows(reference: &Path, sep: &str) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let ctx = SessionContext::new();
-        register_reference(&ctx, "ref", reference).await;
-        let bin = "date_bin(INTERVAL '10 seconds', ts, TIMESTAMP '1970-01-01 00:00:00')";
-        let sql = format!(
-            "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total FROM (
-               SELECT *, {bin} AS window_start, {bin} + INTERVAL '10 seconds' AS window_end FROM ref)
-             WHERE window_end > wprev GROUP BY window_start, window_end, k"
-        );
-        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
-        let mut rows = Vec::new();
-        for b in &batches {
-            for r in batch_rows(b).unwrap() {
-                rows.push(
-                    r.into_iter()
-                        .map(|v| v.unwrap_or_default())
-                        .collect::<Vec<_>>()
-                        .join(sep),
-                );
-            }
-        }
-        rows.sort();
-        rows
-    })
+    tumble_reference(reference, None, sep)
 }
 
 /// How at-least-once output (`window_start,window_end,k,n,total` lines) compares with the
@@ -218,6 +192,10 @@ pub fn partitioned_input(
 /// DataFusion batch SQL, as `window_start,window_end,k,n,total` lines, sorted; with `until`,
 /// only the windows a watermark of `until` has closed (window_end <= until).
 pub fn closed_reference_rows(reference: &Path, until: Option<i64>) -> Vec<String> {
+    tumble_reference(reference, until, ",")
+}
+
+fn tumble_reference(reference: &Path, until: Option<i64>, sep: &str) -> Vec<String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -241,10 +219,33 @@ pub fn closed_reference_rows(reference: &Path, until: Option<i64>) -> Vec<String
                 r.into_iter()
                     .map(|v| v.unwrap_or_default())
                     .collect::<Vec<_>>()
-                    .join(",")
+                    .join(sep)
             })
             .collect();
         rows.sort();
         rows
     })
+}
+
+/// Asserts that at-least-once output lost no result and invented no window; prints how many
+/// results were repeated or counted rows twice after `killed` kills.
+pub fn assert_at_least_once(got: &[String], expected: &[String], killed: usize) {
+    let report = at_least_once(got, expected);
+    assert!(
+        report.lost.is_empty() && report.unknown.is_empty(),
+        "at-least-once lost {} results, e.g. {:?}; wrote {} rows of windows that do not exist, \
+         e.g. {:?}",
+        report.lost.len(),
+        &report.lost[..report.lost.len().min(5)],
+        report.unknown.len(),
+        &report.unknown[..report.unknown.len().min(5)]
+    );
+    eprintln!(
+        "at-least-once after {killed} kills: {} rows written for {} results ({} repeated, \
+         {} windows counted rows twice)",
+        got.len(),
+        expected.len(),
+        report.repeated,
+        report.overcounted
+    );
 }
