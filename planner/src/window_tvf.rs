@@ -26,6 +26,7 @@ use weir_engine::WindowSpec;
 use crate::catalog::Catalog;
 use crate::context::{ScanKind, StreamTableSource, WindowTvf};
 use crate::error::{PlanError, Result};
+use crate::sql::normalize;
 use crate::{invalid, not_supported};
 
 const NANOS_PER_DAY: i64 = 86_400_000_000_000;
@@ -90,14 +91,6 @@ fn ident_arg(arg: &SqlExpr) -> Option<String> {
         SqlExpr::Identifier(i) => Some(normalize(i)),
         SqlExpr::CompoundIdentifier(parts) => parts.last().map(normalize),
         _ => None,
-    }
-}
-
-/// SQL identifier rules: unquoted names are case-insensitive (lowercased).
-pub fn normalize(ident: &Ident) -> String {
-    match ident.quote_style {
-        Some(_) => ident.value.clone(),
-        None => ident.value.to_ascii_lowercase(),
     }
 }
 

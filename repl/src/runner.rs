@@ -122,6 +122,7 @@ impl<'a> Runner<'a> {
                 }
             }
             StatementResult::Query(run) => self.stream(run)?,
+            StatementResult::Transaction(t) => self.status(t.tag()),
         }
         Ok(())
     }

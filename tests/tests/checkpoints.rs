@@ -157,6 +157,34 @@ fn cancel_job_stops_at_a_checkpoint_and_the_next_start_resumes_it() {
 }
 
 #[test]
+fn a_quoted_sink_name_keeps_its_case_in_every_statement() {
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("out");
+    let mut s = durable_session(&work.path().join("data"));
+    execute(&mut s, &events_ddl(20)).unwrap();
+    execute(
+        &mut s,
+        &format!(
+            "CREATE SINK \"Top\" WITH (connector = 'file', path = '{}', format = 'csv') AS {QUERY}",
+            out.display()
+        ),
+    )
+    .unwrap();
+    assert_eq!(show_jobs(&mut s)[0][0], "Top");
+    let err = execute(&mut s, "CANCEL JOB Top").err().unwrap();
+    assert!(
+        err.to_string().contains("no running job named top"),
+        "{err}"
+    );
+    execute(&mut s, "CANCEL JOB \"Top\"").unwrap();
+    assert_eq!(show_jobs(&mut s)[0][1], "stopped");
+    let err = execute(&mut s, "DROP SINK top").err().unwrap();
+    assert!(err.to_string().contains("no sink named top"), "{err}");
+    execute(&mut s, "DROP SINK \"Top\"").unwrap();
+    assert!(show_jobs(&mut s).is_empty());
+}
+
+#[test]
 fn bad_sink_statements_get_clear_errors() {
     let work = tempfile::tempdir().unwrap();
     let mut s = durable_session(&work.path().join("data"));

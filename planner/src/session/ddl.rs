@@ -5,9 +5,6 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::DFSchema;
 use datafusion::sql::planner::SqlToRel;
-use datafusion::sql::sqlparser::ast::{
-    CreateTable, CreateTableOptions, Expr as SqlExpr, ObjectName, SqlOption, Value,
-};
 use weir_connectors::sinks::postgres::PostgresTable;
 use weir_connectors::{create_source, Options};
 
@@ -15,53 +12,8 @@ use super::{text_rows, Session, StatementResult};
 use crate::catalog::{TableDef, TableWatermark};
 use crate::context::PlanningContext;
 use crate::error::{PlanError, Result};
-use crate::sql::WatermarkClause;
-use crate::window_tvf::normalize;
-use crate::{invalid, not_supported};
-
-fn option_value(value: &SqlExpr) -> String {
-    match value {
-        SqlExpr::Value(v) => match &v.value {
-            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
-            Value::Number(n, _) => n.clone(),
-            Value::Boolean(b) => b.to_string(),
-            other => other.to_string(),
-        },
-        SqlExpr::Identifier(i) => i.value.clone(),
-        other => other.to_string(),
-    }
-}
-
-pub(super) fn object_name(name: &ObjectName) -> Result<String> {
-    let parts = &name.0;
-    match parts.as_slice() {
-        [one] => one
-            .as_ident()
-            .map(normalize)
-            .ok_or_else(|| invalid!("invalid table name {name}")),
-        _ => Err(not_supported!("qualified table names ({name})")),
-    }
-}
-
-/// The `WITH (key = 'value', ...)` options of a CREATE TABLE / CREATE SINK.
-pub(super) fn table_options(ct: &CreateTable, name: &str) -> Result<Vec<(String, String)>> {
-    let options = match &ct.table_options {
-        CreateTableOptions::With(o)
-        | CreateTableOptions::Options(o)
-        | CreateTableOptions::Plain(o) => o.clone(),
-        CreateTableOptions::None => Vec::new(),
-        CreateTableOptions::TableProperties(_) => {
-            return Err(not_supported!("TBLPROPERTIES; use WITH (...)"))
-        }
-    };
-    options
-        .iter()
-        .map(|o| match o {
-            SqlOption::KeyValue { key, value } => Ok((key.value.clone(), option_value(value))),
-            other => Err(invalid!("{name}: expected option = 'value', got {other}")),
-        })
-        .collect()
-}
+use crate::invalid;
+use crate::sql::{normalize, CreateTable};
 
 impl Session {
     pub(super) fn show_tables(&self) -> StatementResult {
@@ -110,32 +62,30 @@ impl Session {
         ))
     }
 
-    pub(super) fn create_table(
-        &mut self,
-        ct: CreateTable,
-        watermark: Option<WatermarkClause>,
-        text: &str,
-    ) -> Result<StatementResult> {
-        let name = object_name(&ct.name)?;
+    pub(super) fn create_table(&mut self, ct: CreateTable, text: &str) -> Result<StatementResult> {
+        let CreateTable {
+            name,
+            or_replace,
+            if_not_exists,
+            columns,
+            watermark,
+            options: mut pairs,
+        } = ct;
         if self.catalog.get(&name).is_some() {
-            if ct.if_not_exists {
+            if if_not_exists {
                 return Ok(StatementResult::Command("CREATE TABLE".into()));
             }
-            if !ct.or_replace {
+            if !or_replace {
                 return Err(PlanError::TableExists(name));
             }
         }
-        if ct.query.is_some() {
-            return Err(not_supported!("CREATE TABLE ... AS SELECT"));
-        }
-        let declared = if ct.columns.is_empty() {
+        let declared = if columns.is_empty() {
             None
         } else {
             let ctx = PlanningContext::new(&self.state, &self.catalog);
             let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
-            Some(Arc::new(planner.build_schema(ct.columns.clone())?))
+            Some(Arc::new(planner.build_schema(columns)?))
         };
-        let mut pairs = table_options(&ct, &name)?;
         super::sinks::resolve_path(
             &mut pairs,
             self.config.base_dir.as_deref(),

@@ -7,8 +7,6 @@ mod settings;
 pub use settings::SERVER_VERSION;
 mod sinks;
 
-use ddl::object_name;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,7 +27,7 @@ use weir_engine::{spawn_job, JobConfig, JobHandle, MetricsSnapshot};
 use crate::catalog::Catalog;
 use crate::context::{new_session_state, PlanningContext};
 use crate::error::{PlanError, Result};
-use crate::sql::{parse_statement, ParsedStatement, StatementText};
+use crate::sql::{object_name, parse_statement, StatementText, Transaction, WeirStatement};
 use crate::stream_plan::{reads_tables, StreamPlanner};
 use crate::window_tvf::rewrite_window_functions;
 use crate::{invalid, not_supported};
@@ -120,6 +118,8 @@ pub enum StatementResult {
     Rows(SchemaRef, Vec<RecordBatch>),
     /// A streaming query.
     Query(QueryRun),
+    /// BEGIN, COMMIT, ROLLBACK: accepted, nothing done (weir has no transactions).
+    Transaction(Transaction),
 }
 
 /// One user's session.
@@ -206,27 +206,40 @@ impl Session {
 
     /// Runs one statement.
     pub fn execute(&mut self, stmt: &StatementText) -> Result<StatementResult> {
-        if let Some(result) = self.execute_setting(&stmt.text)? {
-            return Ok(result);
-        }
-        if let Some(result) = self.execute_job_command(&stmt.text)? {
-            return Ok(result);
-        }
-        let parsed = parse_statement(&stmt.text, stmt.line)?;
-        let ParsedStatement {
-            statement,
-            watermark,
-            sink,
-            view,
-        } = parsed;
-        if watermark.is_some() && (sink || view || !matches!(statement, Statement::CreateTable(_)))
-        {
-            return Err(invalid!("WATERMARK FOR belongs in CREATE TABLE"));
-        }
+        let statement = parse_statement(&stmt.text, stmt.line)?;
+        self.execute_statement(statement, &stmt.text)
+    }
+
+    /// Runs one parsed statement; `text` is what it was parsed from (recorded for tables and
+    /// jobs).
+    pub fn execute_statement(
+        &mut self,
+        statement: WeirStatement,
+        text: &str,
+    ) -> Result<StatementResult> {
         match statement {
-            Statement::CreateTable(ct) if sink => self.create_job(ct, &stmt.text, false),
-            Statement::CreateTable(ct) if view => self.create_job(ct, &stmt.text, true),
-            Statement::CreateTable(ct) => self.create_table(ct, watermark, &stmt.text),
+            WeirStatement::Sql(statement) => self.execute_sql(*statement),
+            WeirStatement::CreateTable(table) => self.create_table(*table, text),
+            WeirStatement::CreateJob(job) => self.create_job(*job, text),
+            WeirStatement::DropJob {
+                kind,
+                name,
+                if_exists,
+            } => self.drop_job(kind, &name, if_exists),
+            WeirStatement::CancelJob(name) => self.cancel_job(&name),
+            WeirStatement::ShowJobs => Ok(self.show_jobs()),
+            WeirStatement::ShowTables => Ok(self.show_tables()),
+            WeirStatement::Show(target) => self.show(target),
+            WeirStatement::Set { name, value } => self.set_statement(&name, &value),
+            WeirStatement::Reset(name) => self.reset(name.as_deref()),
+            WeirStatement::Transaction(t) => Ok(StatementResult::Transaction(t)),
+            WeirStatement::SessionCommand(tag) => Ok(StatementResult::Command(tag.into())),
+        }
+    }
+
+    /// Standard SQL: queries, EXPLAIN, DESCRIBE, DROP TABLE.
+    fn execute_sql(&mut self, statement: Statement) -> Result<StatementResult> {
+        match statement {
             Statement::Drop {
                 object_type: ObjectType::Table,
                 if_exists,
@@ -249,7 +262,6 @@ impl Session {
                 other => Err(not_supported!("EXPLAIN of {}", statement_kind(&other))),
             },
             Statement::Query(_) => self.query(statement),
-            Statement::Insert(insert) => self.insert_into(insert, stmt.line),
             other => Err(not_supported!("{} statements", statement_kind(&other))),
         }
     }
@@ -258,36 +270,32 @@ impl Session {
     /// `Some(schema)` for queries and for statements that list things (SHOW, DESCRIBE,
     /// EXPLAIN), `None` for commands.
     pub fn describe_statement(&mut self, stmt: &StatementText) -> Result<Option<SchemaRef>> {
-        let first: Vec<String> = stmt
-            .text
-            .split_whitespace()
-            .take(2)
-            .map(|w| w.trim_end_matches(';').to_ascii_uppercase())
-            .collect();
-        match first.first().map(String::as_str) {
-            Some("EXPLAIN") => {
-                return Ok(Some(Arc::new(Schema::new(vec![Field::new(
+        let statement = parse_statement(&stmt.text, stmt.line)?;
+        match statement {
+            WeirStatement::Sql(s) => match *s {
+                Statement::Explain { .. } => Ok(Some(Arc::new(Schema::new(vec![Field::new(
                     "plan",
                     DataType::Utf8,
                     true,
-                )]))))
-            }
-            // Listing statements have no side effects: run them for their columns.
-            Some("SHOW" | "DESCRIBE" | "DESC") => {
-                return match self.execute(stmt)? {
+                )])))),
+                Statement::Query(_) => {
+                    let (plan, _) = self.logical_plan(*s)?;
+                    Ok(Some(Arc::new(plan.schema().as_arrow().clone())))
+                }
+                // DESCRIBE lists columns and has no side effects: run it for its columns.
+                describe @ Statement::ExplainTable { .. } => match self.execute_sql(describe)? {
                     StatementResult::Rows(schema, _) => Ok(Some(schema)),
                     _ => Ok(None),
-                }
-            }
-            Some("SELECT" | "WITH" | "VALUES" | "(") => {}
-            _ => return Ok(None),
-        }
-        let parsed = parse_statement(&stmt.text, stmt.line)?;
-        match parsed.statement {
-            Statement::Query(_) => {
-                let (plan, _) = self.logical_plan(parsed.statement)?;
-                Ok(Some(Arc::new(plan.schema().as_arrow().clone())))
-            }
+                },
+                _ => Ok(None),
+            },
+            // Listing statements have no side effects: run them for their columns.
+            listing @ (WeirStatement::ShowJobs
+            | WeirStatement::ShowTables
+            | WeirStatement::Show(_)) => match self.execute_statement(listing, &stmt.text)? {
+                StatementResult::Rows(schema, _) => Ok(Some(schema)),
+                _ => Ok(None),
+            },
             _ => Ok(None),
         }
     }

@@ -1,13 +1,11 @@
-//! SET, SHOW and RESET: session settings, handled before SQL parsing.
-
-use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+//! SET, SHOW and RESET: weir's settings and the PostgreSQL session parameters drivers use.
 
 use std::time::Duration;
 
 use super::{text_rows, Session, StatementResult};
 use crate::error::Result;
 use crate::invalid;
+use crate::sql::ShowTarget;
 
 /// `'1s'`, `'100ms'`, `'10 seconds'`, `'2 min'`: a positive duration.
 pub(super) fn parse_duration(value: &str) -> Result<Duration> {
@@ -73,69 +71,42 @@ pub(super) fn parse_delivery(value: &str) -> Result<bool> {
 }
 
 impl Session {
-    /// SET, SHOW and RESET, handled before parsing.
-    pub(super) fn execute_setting(&mut self, text: &str) -> Result<Option<StatementResult>> {
-        let dialect = GenericDialect {};
-        let Ok(tokens) = Tokenizer::new(&dialect, text).tokenize() else {
-            return Ok(None);
-        };
-        let words: Vec<String> = tokens
-            .iter()
-            .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon))
-            .map(|t| match t {
-                Token::Word(w) => w.value.clone(),
-                Token::SingleQuotedString(s) => s.clone(),
-                other => other.to_string(),
-            })
-            .collect();
-        let upper: Vec<String> = words.iter().map(|w| w.to_ascii_uppercase()).collect();
-        match upper
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .as_slice()
-        {
-            ["SHOW", "TABLES"] => Ok(Some(self.show_tables())),
-            ["SHOW", "TRANSACTION", "ISOLATION", "LEVEL"] => Ok(Some(text_rows(
-                &["transaction_isolation"],
-                vec![vec!["read committed".into()]],
-            ))),
-            ["SHOW", name] if client_param(name).is_some() => {
-                let name = name.to_ascii_lowercase();
+    /// `SHOW name` (a weir setting or a PostgreSQL session parameter), `SHOW ALL`.
+    pub(super) fn show(&self, target: ShowTarget) -> Result<StatementResult> {
+        match target {
+            ShowTarget::All => self.show_settings(None),
+            ShowTarget::Name(name) if client_param(&name).is_some() => {
                 let value = self.client_param_value(&name);
-                Ok(Some(text_rows(&[name.as_str()], vec![vec![value]])))
+                Ok(text_rows(&[name.as_str()], vec![vec![value]]))
             }
-            ["SET", "SESSION" | "LOCAL", ..] => {
-                self.execute_setting(&format!("SET {}", words[2..].join(" ")))
-            }
-            ["SET", "TIME", "ZONE", ..] => {
-                self.set_client_param("timezone", &words[3..].join(" "))?;
-                Ok(Some(StatementResult::Command("SET".into())))
-            }
-            ["SET", name, "=" | "TO", ..] if client_param(name).is_some() => {
-                self.set_client_param(&name.to_ascii_lowercase(), &words[3..].join(" "))?;
-                Ok(Some(StatementResult::Command("SET".into())))
-            }
-            ["RESET", "ALL"] => {
-                self.config.client_params.clear();
-                Ok(Some(StatementResult::Command("RESET".into())))
-            }
-            ["RESET", name] if client_param(name).is_some() => {
-                self.config.client_params.remove(&name.to_ascii_lowercase());
-                Ok(Some(StatementResult::Command("RESET".into())))
-            }
-            ["SHOW", "ALL"] => Ok(Some(self.show_settings(None)?)),
-            ["SHOW", _] if upper[1] != "CREATE" && upper[1] != "JOBS" => Ok(Some(
-                self.show_settings(Some(&words[1].to_ascii_lowercase()))?,
-            )),
-            ["SET", _, "=" | "TO", ..] => {
-                let value = words[3..].join(" ");
-                self.set(&words[1].to_ascii_lowercase(), &value)?;
-                Ok(Some(StatementResult::Command("SET".into())))
-            }
-            ["SET", ..] => Err(invalid!("expected SET name = value")),
-            _ => Ok(None),
+            ShowTarget::Name(name) => self.show_settings(Some(&name)),
         }
+    }
+
+    /// `SET name = value`.
+    pub(super) fn set_statement(&mut self, name: &str, value: &str) -> Result<StatementResult> {
+        if client_param(name).is_some() {
+            self.set_client_param(name, value)?;
+        } else {
+            self.set(name, value)?;
+        }
+        Ok(StatementResult::Command("SET".into()))
+    }
+
+    /// `RESET name` of a PostgreSQL session parameter, `RESET ALL`.
+    pub(super) fn reset(&mut self, name: Option<&str>) -> Result<StatementResult> {
+        match name {
+            None => self.config.client_params.clear(),
+            Some(name) if client_param(name).is_some() => {
+                self.config.client_params.remove(name);
+            }
+            Some(name) => {
+                return Err(invalid!(
+                    "RESET {name}: weir's settings are changed with SET {name} = value"
+                ))
+            }
+        }
+        Ok(StatementResult::Command("RESET".into()))
     }
 
     fn client_param_value(&self, name: &str) -> String {
@@ -454,11 +425,5 @@ const CLIENT_PARAMS: &[ClientParam] = &[
 pub const SERVER_VERSION: &str = "15.0 (weir)";
 
 pub(super) fn client_param(name: &str) -> Option<&'static ClientParam> {
-    let name = name.to_ascii_lowercase();
-    let name = if name == "time zone" {
-        "timezone".to_string()
-    } else {
-        name
-    };
     CLIENT_PARAMS.iter().find(|p| p.name == name)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::sql::sqlparser::ast::{CreateTable, Insert, Statement, TableObject};
+use datafusion::sql::sqlparser::ast::{Query, Statement};
 use weir_connectors::sinks::{ViewSinkFactory, ViewSourceFactory};
 use weir_connectors::{create_sink, Options, SinkContext};
 use weir_engine::checkpoint::CheckpointConfig;
@@ -15,16 +15,16 @@ use weir_engine::runtime::{spawn_supervised, RestartPolicy};
 use weir_engine::OperatorFactory;
 use weir_engine::{JobConfig, JobGraph};
 
-use super::ddl::{object_name, table_options};
 use super::settings::{parse_delivery, parse_duration};
 use super::{text_rows, Session, SessionConfig, StatementResult};
 use crate::catalog::TableDef;
 use crate::display::format_timestamp;
 use crate::error::{PlanError, Result};
+use crate::invalid;
 use crate::jobs::{job_dir, JobRecord, JobSettings, JobState, ManagedJob};
-use crate::sql::{parse_statement, StatementText};
+use crate::sql::statement::parse_recorded_job;
+use crate::sql::{CreateJob, JobKind, JobTarget, StatementText};
 use crate::stream_plan::{reads_tables, StreamPlanner};
-use crate::{invalid, not_supported};
 
 fn valid_job_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -150,20 +150,11 @@ impl Session {
     fn plan_sink(
         &mut self,
         name: &str,
-        ct: CreateTable,
+        query: Box<Query>,
         settings: &JobSettings,
         mut options: Vec<(String, String)>,
         view: bool,
     ) -> Result<(JobGraph, SchemaRef)> {
-        let what = if view { "MATERIALIZED VIEW" } else { "SINK" };
-        let Some(query) = ct.query else {
-            return Err(invalid!("CREATE {what} {name} needs AS SELECT ..."));
-        };
-        if !ct.columns.is_empty() {
-            return Err(invalid!(
-                "CREATE {what} {name}: the columns come from the query; do not list them"
-            ));
-        }
         resolve_path(
             &mut options,
             self.config.base_dir.as_deref(),
@@ -245,12 +236,13 @@ impl Session {
 
     /// `INSERT INTO t [(columns)] SELECT ...` into a table declared with connector
     /// `postgres`: a sink job `<t>_insert_<n>` writing the query's rows into it (positionally
-    /// into the listed columns, or the table's).
-    pub(super) fn insert_into(&mut self, insert: Insert, line: u64) -> Result<StatementResult> {
-        let TableObject::TableName(name) = &insert.table else {
-            return Err(not_supported!("INSERT INTO a table function"));
-        };
-        let table = object_name(name)?;
+    /// into the listed columns, or the table's), recorded as the CREATE SINK it runs as.
+    fn insert_into(
+        &mut self,
+        table: String,
+        columns: Vec<String>,
+        query: Box<Query>,
+    ) -> Result<StatementResult> {
         let def = self
             .catalog
             .get(&table)
@@ -262,21 +254,14 @@ impl Session {
                 def.options.get("connector").unwrap_or_default()
             ));
         }
-        let Some(query) = insert.source else {
-            return Err(invalid!("INSERT INTO {table} needs a SELECT"));
-        };
-        let columns: Vec<String> = if insert.columns.is_empty() {
+        let columns: Vec<String> = if columns.is_empty() {
             def.schema
                 .fields()
                 .iter()
                 .map(|f| f.name().clone())
                 .collect()
         } else {
-            insert
-                .columns
-                .iter()
-                .map(object_name)
-                .collect::<Result<_>>()?
+            columns
         };
         for c in &columns {
             if def.schema.field_with_name(c).is_err() {
@@ -285,32 +270,30 @@ impl Session {
                 ));
             }
         }
-        let quote = |v: &str| format!("'{}'", v.replace('\'', "''"));
-        let mut options: Vec<String> = def
+        let mut options: Vec<(String, String)> = def
             .options
             .iter()
-            .map(|(k, v)| format!("\"{k}\" = {}", quote(v)))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        options.push(format!(
-            "\"target_columns\" = {}",
-            quote(&columns.join(","))
-        ));
+        options.push(("target_columns".into(), columns.join(",")));
         let data_dir = self.data_dir()?;
         let mut n = 1;
-        let job = loop {
-            let job = format!("{table}_insert_{n}");
-            if !self.jobs.contains_key(&job) && !job_dir(&data_dir, &job).exists() {
-                break job;
+        let name = loop {
+            let name = format!("{table}_insert_{n}");
+            if !self.jobs.contains_key(&name) && !job_dir(&data_dir, &name).exists() {
+                break name;
             }
             n += 1;
         };
-        let text = format!("CREATE SINK {job} WITH ({}) AS {query}", options.join(", "));
-        let parsed = parse_statement(&text, line)?;
-        let Statement::CreateTable(ct) = parsed.statement else {
-            return Err(PlanError::Internal("INSERT did not become a sink".into()));
+        let job = CreateJob {
+            target: JobTarget::Sink(name.clone()),
+            if_not_exists: false,
+            options,
+            query,
         };
-        self.create_job(ct, &text, false)?;
-        Ok(StatementResult::Command(format!("INSERT (job {job})")))
+        let text = job.to_string();
+        self.create_job(job, &text)?;
+        Ok(StatementResult::Command(format!("INSERT (job {name})")))
     }
 
     /// Makes a materialized view readable as a table.
@@ -330,13 +313,19 @@ impl Session {
         })
     }
 
-    /// CREATE SINK, or with `view` CREATE MATERIALIZED VIEW.
-    pub(super) fn create_job(
-        &mut self,
-        ct: CreateTable,
-        text: &str,
-        view: bool,
-    ) -> Result<StatementResult> {
+    /// CREATE SINK, CREATE MATERIALIZED VIEW, INSERT INTO.
+    pub(super) fn create_job(&mut self, job: CreateJob, text: &str) -> Result<StatementResult> {
+        let CreateJob {
+            target,
+            if_not_exists,
+            mut options,
+            query,
+        } = job;
+        let (name, view) = match target {
+            JobTarget::Sink(name) => (name, false),
+            JobTarget::View(name) => (name, true),
+            JobTarget::Insert { table, columns } => return self.insert_into(table, columns, query),
+        };
         let (what, tag, drop) = if view {
             (
                 "materialized view",
@@ -347,14 +336,13 @@ impl Session {
             ("sink", "CREATE SINK", "DROP SINK")
         };
         let data_dir = self.data_dir()?;
-        let name = object_name(&ct.name)?;
         if !valid_job_name(&name) {
             return Err(invalid!(
                 "{what} name '{name}': use letters, digits and _ (it names files and directories)"
             ));
         }
         if self.jobs.contains_key(&name) || job_dir(&data_dir, &name).join("job.json").exists() {
-            if ct.if_not_exists {
+            if if_not_exists {
                 return Ok(StatementResult::Command(tag.into()));
             }
             return Err(invalid!(
@@ -364,9 +352,8 @@ impl Session {
         if view && self.catalog.get(&name).is_some() {
             return Err(PlanError::TableExists(name));
         }
-        let mut options = table_options(&ct, &name)?;
         let settings = self.job_settings(&mut options)?;
-        let (graph, schema) = self.plan_sink(&name, ct, &settings, options, view)?;
+        let (graph, schema) = self.plan_sink(&name, query, &settings, options, view)?;
         let record = JobRecord {
             name: name.clone(),
             statement: text.trim().to_string(),
@@ -435,7 +422,8 @@ impl Session {
                 continue;
             }
             let finished = record.state == JobState::Finished;
-            let view = parse_statement(&record.statement, 1).is_ok_and(|p| p.view);
+            let view = parse_recorded_job(&record.statement)
+                .is_ok_and(|job| matches!(job.target, JobTarget::View(_)));
             if finished && !view {
                 continue;
             }
@@ -488,86 +476,62 @@ impl Session {
                 line: 1,
             })?;
         }
-        let parsed = parse_statement(&record.statement, 1)?;
-        let Statement::CreateTable(ct) = parsed.statement else {
-            return Err(PlanError::Internal(format!(
-                "job {}: stored statement is not CREATE SINK or CREATE MATERIALIZED VIEW",
-                record.name
-            )));
-        };
-        let mut options = table_options(&ct, &record.name)?;
+        let job = parse_recorded_job(&record.statement)?;
+        let view = matches!(job.target, JobTarget::View(_));
+        let mut options = job.options;
         scratch.job_settings(&mut options)?;
-        scratch.plan_sink(&record.name, ct, &record.settings, options, parsed.view)
+        scratch.plan_sink(&record.name, job.query, &record.settings, options, view)
     }
 
-    /// SHOW JOBS, CANCEL JOB name, DROP SINK [IF EXISTS] name; `None` for other statements.
-    pub(super) fn execute_job_command(&mut self, text: &str) -> Result<Option<StatementResult>> {
-        let words: Vec<String> = text
-            .trim()
-            .trim_end_matches(';')
-            .split_whitespace()
-            .map(str::to_string)
-            .collect();
-        let upper: Vec<String> = words.iter().map(|w| w.to_ascii_uppercase()).collect();
-        let upper: Vec<&str> = upper.iter().map(String::as_str).collect();
-        let name = |w: &str| w.trim_matches('"').to_ascii_lowercase();
-        match upper.as_slice() {
-            ["SHOW", "JOBS"] => Ok(Some(self.show_jobs())),
-            ["CANCEL", "JOB", _] => {
-                let name = name(&words[2]);
-                let data_dir = self.data_dir()?;
-                let job = self
-                    .jobs
-                    .get_mut(&name)
-                    .filter(|j| j.handle.is_some())
-                    .ok_or_else(|| {
-                        invalid!("no running job named {name} (SHOW JOBS lists them)")
-                    })?;
-                if let Some(h) = &job.handle {
-                    h.stop();
-                }
-                job.wait(&data_dir)?;
-                Ok(Some(StatementResult::Command("CANCEL JOB".into())))
-            }
-            ["DROP", "MATERIALIZED", "VIEW", "IF", "EXISTS", _]
-            | ["DROP", "MATERIALIZED", "VIEW", _]
-            | ["DROP", "SINK", "IF", "EXISTS", _]
-            | ["DROP", "SINK", _] => {
-                let view = upper[1] == "MATERIALIZED";
-                let if_exists = upper.contains(&"EXISTS");
-                let tag = if view {
-                    "DROP MATERIALIZED VIEW"
-                } else {
-                    "DROP SINK"
-                };
-                let name = name(&words[words.len() - 1]);
-                let data_dir = self.data_dir()?;
-                let dir = job_dir(&data_dir, &name);
-                if let Some(mut job) = self.jobs.remove(&name) {
-                    if let Some(h) = &job.handle {
-                        h.stop();
-                    }
-                    job.wait(&data_dir)?;
-                } else if !dir.exists() {
-                    if if_exists {
-                        return Ok(Some(StatementResult::Command(tag.into())));
-                    }
-                    let what = if view { "materialized view" } else { "sink" };
-                    return Err(invalid!("no {what} named {name}"));
-                }
-                if view {
-                    self.catalog.remove(&name)?;
-                    weir_engine::state::RocksDbStateBackend::close_shared(&self.view_dir(&name)?);
-                }
-                std::fs::remove_dir_all(&dir)
-                    .map_err(|e| PlanError::io(format!("cannot delete '{}'", dir.display()), e))?;
-                Ok(Some(StatementResult::Command(tag.into())))
-            }
-            _ => Ok(None),
+    /// CANCEL JOB name: stops the job with a final checkpoint; it resumes at the next start.
+    pub(super) fn cancel_job(&mut self, name: &str) -> Result<StatementResult> {
+        let data_dir = self.data_dir()?;
+        let job = self
+            .jobs
+            .get_mut(name)
+            .filter(|j| j.handle.is_some())
+            .ok_or_else(|| invalid!("no running job named {name} (SHOW JOBS lists them)"))?;
+        if let Some(h) = &job.handle {
+            h.stop();
         }
+        job.wait(&data_dir)?;
+        Ok(StatementResult::Command("CANCEL JOB".into()))
     }
 
-    fn show_jobs(&mut self) -> StatementResult {
+    /// DROP SINK / DROP MATERIALIZED VIEW: stops the job and deletes its directory.
+    pub(super) fn drop_job(
+        &mut self,
+        kind: JobKind,
+        name: &str,
+        if_exists: bool,
+    ) -> Result<StatementResult> {
+        let (what, tag) = match kind {
+            JobKind::Sink => ("sink", "DROP SINK"),
+            JobKind::View => ("materialized view", "DROP MATERIALIZED VIEW"),
+        };
+        let data_dir = self.data_dir()?;
+        let dir = job_dir(&data_dir, name);
+        if let Some(mut job) = self.jobs.remove(name) {
+            if let Some(h) = &job.handle {
+                h.stop();
+            }
+            job.wait(&data_dir)?;
+        } else if !dir.exists() {
+            if if_exists {
+                return Ok(StatementResult::Command(tag.into()));
+            }
+            return Err(invalid!("no {what} named {name}"));
+        }
+        if kind == JobKind::View {
+            self.catalog.remove(name)?;
+            weir_engine::state::RocksDbStateBackend::close_shared(&self.view_dir(name)?);
+        }
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| PlanError::io(format!("cannot delete '{}'", dir.display()), e))?;
+        Ok(StatementResult::Command(tag.into()))
+    }
+
+    pub(super) fn show_jobs(&mut self) -> StatementResult {
         if let Some(data_dir) = self.config.data_dir.clone() {
             for job in self.jobs.values_mut() {
                 let _ = job.reap(&data_dir);

@@ -1,8 +1,13 @@
-//! SQL text handling before DataFusion sees it: splitting scripts into statements, token-level
-//! rewrites for streaming syntax, and parsing with positions kept for error messages.
+//! SQL text before planning: splitting scripts into statements and parsing each into a
+//! [`WeirStatement`] with positions kept for error messages.
 
 pub mod parse;
 pub mod split;
+pub mod statement;
 
-pub use parse::{parse_statement, ParsedStatement, WatermarkClause};
+pub use parse::parse_statement;
 pub use split::{split_statements, StatementText};
+pub use statement::{
+    normalize, object_name, quote_ident, quote_literal, CreateJob, CreateTable, JobKind, JobTarget,
+    ShowTarget, Transaction, WatermarkClause, WeirStatement,
+};

@@ -8,66 +8,17 @@
 //! - Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(col), size))` becomes `TUMBLE(t, col, size)`
 //!   (same for HOP, SESSION, CUMULATE).
 
-use datafusion::sql::sqlparser::ast::{Expr, Ident, Statement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 
+use super::statement::{is_word, Failure, WeirParser, WeirStatement};
 use crate::error::{PlanError, Result};
 
 /// Recursion limit of the parser: deeply nested input gets an error, not a stack overflow.
 const RECURSION_LIMIT: usize = 200;
 
-/// `WATERMARK FOR column AS expr`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WatermarkClause {
-    pub column: Ident,
-    pub expr: Expr,
-}
-
-/// A parsed statement and the streaming clauses taken out of it.
-#[derive(Debug, Clone)]
-pub struct ParsedStatement {
-    pub statement: Statement,
-    pub watermark: Option<WatermarkClause>,
-    /// `CREATE SINK name WITH (...) AS query`: parsed as the `CREATE TABLE ... AS` it
-    /// resembles, and flagged here.
-    pub sink: bool,
-    /// `CREATE MATERIALIZED VIEW name AS query`: parsed as `CREATE TABLE name AS query`.
-    pub view: bool,
-}
-
-/// `CREATE MATERIALIZED VIEW` becomes `CREATE TABLE`; returns whether it did.
-fn rewrite_create_view(tokens: &mut Vec<TokenWithSpan>) -> bool {
-    let sig = significant(tokens);
-    let is_view = sig.len() >= 3
-        && is_word(&tokens[sig[0]].token, "CREATE")
-        && is_word(&tokens[sig[1]].token, "MATERIALIZED")
-        && is_word(&tokens[sig[2]].token, "VIEW");
-    if is_view {
-        tokens[sig[2]].token = Token::make_keyword("TABLE");
-        tokens.remove(sig[1]);
-    }
-    is_view
-}
-
-/// `CREATE SINK` becomes `CREATE TABLE` (same token positions); returns whether it did.
-fn rewrite_create_sink(tokens: &mut [TokenWithSpan]) -> bool {
-    let sig = significant(tokens);
-    let is_sink = sig.len() >= 2
-        && is_word(&tokens[sig[0]].token, "CREATE")
-        && is_word(&tokens[sig[1]].token, "SINK");
-    if is_sink {
-        tokens[sig[1]].token = Token::make_keyword("TABLE");
-    }
-    is_sink
-}
-
 const WINDOW_FUNCTIONS: &[&str] = &["TUMBLE", "HOP", "SESSION", "CUMULATE"];
-
-fn is_word(t: &Token, word: &str) -> bool {
-    matches!(t, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
-}
 
 /// Turns a sqlparser error message "... at Line: L, Column: C" into a positioned error, with
 /// the line counted from the start of the script.
@@ -148,94 +99,6 @@ fn matching_paren(tokens: &[TokenWithSpan], sig: &[usize], open: usize) -> Optio
     None
 }
 
-/// Takes `WATERMARK FOR col AS expr` out of a CREATE TABLE column list.
-fn take_watermark(
-    tokens: &mut Vec<TokenWithSpan>,
-    first_line: u64,
-) -> Result<Option<WatermarkClause>> {
-    let sig = significant(tokens);
-    if !sig
-        .first()
-        .is_some_and(|&i| is_word(&tokens[i].token, "CREATE"))
-    {
-        return Ok(None);
-    }
-    let mut depth = 0usize;
-    for k in 0..sig.len() {
-        let t = &tokens[sig[k]].token;
-        match t {
-            Token::LParen => depth += 1,
-            Token::RParen => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        if depth != 1 || !is_word(t, "WATERMARK") {
-            continue;
-        }
-        if !sig
-            .get(k + 1)
-            .is_some_and(|&i| is_word(&tokens[i].token, "FOR"))
-        {
-            continue;
-        }
-        let span = tokens[sig[k]].span;
-        let column = match sig.get(k + 2).map(|&i| &tokens[i].token) {
-            Some(Token::Word(w)) => Ident {
-                value: w.value.clone(),
-                quote_style: w.quote_style,
-                span,
-            },
-            _ => {
-                return Err(PlanError::Syntax {
-                    line: first_line + span.start.line.saturating_sub(1),
-                    column: span.start.column,
-                    message: "expected a column name after WATERMARK FOR".into(),
-                })
-            }
-        };
-        if !sig
-            .get(k + 3)
-            .is_some_and(|&i| is_word(&tokens[i].token, "AS"))
-        {
-            return Err(PlanError::Syntax {
-                line: first_line + span.start.line.saturating_sub(1),
-                column: span.start.column,
-                message: format!("expected AS after WATERMARK FOR {column}"),
-            });
-        }
-        // The expression runs to the next comma at this depth or the closing parenthesis.
-        let mut end = k + 4;
-        let mut d = 0usize;
-        while end < sig.len() {
-            match tokens[sig[end]].token {
-                Token::LParen => d += 1,
-                Token::RParen if d == 0 => break,
-                Token::RParen => d -= 1,
-                Token::Comma if d == 0 => break,
-                _ => {}
-            }
-            end += 1;
-        }
-        let expr_tokens: Vec<TokenWithSpan> =
-            (k + 4..end).map(|j| tokens[sig[j]].clone()).collect();
-        let expr = Parser::new(&GenericDialect {})
-            .with_recursion_limit(RECURSION_LIMIT)
-            .with_tokens_with_locations(expr_tokens)
-            .parse_expr()
-            .map_err(|e| parser_error(e, "", first_line))?;
-        // Remove the clause and the comma before it (or after it, when it comes first).
-        let (from, to) = if k > 0 && matches!(tokens[sig[k - 1]].token, Token::Comma) {
-            (sig[k - 1], sig[end - 1])
-        } else if matches!(tokens.get(sig[end]).map(|t| &t.token), Some(Token::Comma)) {
-            (sig[k], sig[end])
-        } else {
-            (sig[k], sig[end - 1])
-        };
-        tokens.drain(from..=to);
-        return Ok(Some(WatermarkClause { column, expr }));
-    }
-    Ok(None)
-}
-
 /// Rewrites Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(c), ...))` spelling into `TUMBLE(t, c, ...)`.
 fn rewrite_flink_window_tvf(tokens: &mut Vec<TokenWithSpan>) {
     loop {
@@ -276,7 +139,7 @@ fn rewrite_flink_window_tvf(tokens: &mut Vec<TokenWithSpan>) {
 }
 
 /// Parses one statement (`text` starts on script line `first_line`).
-pub fn parse_statement(text: &str, first_line: u64) -> Result<ParsedStatement> {
+pub fn parse_statement(text: &str, first_line: u64) -> Result<WeirStatement> {
     let dialect = GenericDialect {};
     let mut tokens = Tokenizer::new(&dialect, text)
         .tokenize_with_location()
@@ -285,95 +148,16 @@ pub fn parse_statement(text: &str, first_line: u64) -> Result<ParsedStatement> {
             column: e.location.column,
             message: e.message,
         })?;
-    let watermark = take_watermark(&mut tokens, first_line)?;
-    let sink = rewrite_create_sink(&mut tokens);
-    let view = rewrite_create_view(&mut tokens);
     rewrite_flink_window_tvf(&mut tokens);
-    let mut parser = Parser::new(&dialect)
+    let parser = Parser::new(&dialect)
         .with_recursion_limit(RECURSION_LIMIT)
         .with_tokens_with_locations(tokens);
-    let statement = parser
-        .parse_statement()
-        .map_err(|e| parser_error(e, text, first_line))?;
-    while parser.consume_token(&Token::SemiColon) {}
-    let next = parser.peek_token();
-    if next.token != Token::EOF {
-        return Err(PlanError::Syntax {
-            line: first_line + next.span.start.line.saturating_sub(1),
-            column: next.span.start.column,
-            message: format!("expected end of statement, found {}", next.token),
-        });
-    }
-    Ok(ParsedStatement {
-        statement,
-        watermark,
-        sink,
-        view,
+    WeirParser::new(parser).parse().map_err(|e| match e {
+        Failure::Syntax(e) => parser_error(e, text, first_line),
+        Failure::Plan(e) => e,
     })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn takes_the_watermark_clause_out_of_create_table() {
-        let p = parse_statement(
-            "CREATE TABLE bids (auction BIGINT, date_time TIMESTAMP,\n WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) WITH (connector = 'file')",
-            1,
-        )
-        .unwrap();
-        let w = p.watermark.unwrap();
-        assert_eq!(w.column.value, "date_time");
-        assert_eq!(w.expr.to_string(), "date_time - INTERVAL '4' SECOND");
-        assert!(matches!(p.statement, Statement::CreateTable(_)));
-    }
-
-    #[test]
-    fn watermark_clause_may_come_first() {
-        let p = parse_statement(
-            "CREATE TABLE t (WATERMARK FOR ts AS ts, ts TIMESTAMP) WITH (connector = 'file')",
-            1,
-        )
-        .unwrap();
-        assert!(p.watermark.is_some());
-        let Statement::CreateTable(c) = p.statement else {
-            panic!()
-        };
-        assert_eq!(c.columns.len(), 1);
-    }
-
-    #[test]
-    fn flink_window_spelling_is_rewritten() {
-        let p = parse_statement(
-            "SELECT * FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(date_time), INTERVAL '10' SECONDS)) AS w",
-            1,
-        )
-        .unwrap();
-        assert_eq!(
-            p.statement.to_string(),
-            "SELECT * FROM TUMBLE(bids, date_time, INTERVAL '10' SECONDS) AS w"
-        );
-    }
-
-    #[test]
-    fn syntax_errors_carry_script_line_and_column() {
-        let e = parse_statement("SELECT *\nFROM bids WHERE", 7).unwrap_err();
-        match e {
-            PlanError::Syntax { line, column, .. } => assert_eq!((line, column), (8, 16)),
-            other => panic!("{other}"),
-        }
-        let e = parse_statement("SELEC 1", 1).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                PlanError::Syntax {
-                    line: 1,
-                    column: 1,
-                    ..
-                }
-            ),
-            "{e}"
-        );
-    }
-}
+#[path = "parse_tests.rs"]
+mod tests;

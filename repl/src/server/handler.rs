@@ -26,7 +26,7 @@ use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::data::DataRow;
 use pgwire::messages::PgWireBackendMessage;
 use weir_connectors::sinks::SinkEvent;
-use weir_planner::sql::{split_statements, StatementText};
+use weir_planner::sql::{split_statements, StatementText, Transaction};
 use weir_planner::{PlanError, QueryRun, Session, SessionConfig, StatementResult};
 
 use super::auth::Startup;
@@ -236,7 +236,7 @@ enum Outcome {
     Command(String),
     Rows(SchemaRef, Vec<RecordBatch>),
     Stream(QueryRun),
-    Transaction { start: bool, tag: &'static str },
+    Transaction(Transaction),
 }
 
 pub struct WireQueries {
@@ -262,8 +262,10 @@ impl WireQueries {
     ) -> PgWireResult<Response> {
         Ok(match outcome {
             Outcome::Command(tag) => Response::Execution(Tag::new(&command_tag(&tag))),
-            Outcome::Transaction { start: true, tag } => Response::TransactionStart(Tag::new(tag)),
-            Outcome::Transaction { start: false, tag } => Response::TransactionEnd(Tag::new(tag)),
+            Outcome::Transaction(t @ Transaction::Begin) => {
+                Response::TransactionStart(Tag::new(t.tag()))
+            }
+            Outcome::Transaction(t) => Response::TransactionEnd(Tag::new(t.tag())),
             Outcome::Rows(schema, batches) => {
                 let fields = Arc::new(rows::fields(&schema, format));
                 let mut out = Vec::new();
@@ -355,40 +357,8 @@ fn stream_rows(
     })
 }
 
-/// Statements weir answers for the wire alone: transactions (weir has none; accepted so that
-/// drivers that wrap statements in BEGIN / COMMIT work) and session resets.
-fn wire_statement(text: &str) -> Option<Outcome> {
-    let words: Vec<String> = text
-        .split_whitespace()
-        .take(2)
-        .map(|w| w.trim_end_matches(';').to_ascii_uppercase())
-        .collect();
-    let first = words.first()?.as_str();
-    let second = words.get(1).map(String::as_str);
-    Some(match (first, second) {
-        ("BEGIN", _) | ("START", Some("TRANSACTION")) => Outcome::Transaction {
-            start: true,
-            tag: "BEGIN",
-        },
-        ("COMMIT" | "END", _) => Outcome::Transaction {
-            start: false,
-            tag: "COMMIT",
-        },
-        ("ROLLBACK" | "ABORT", _) => Outcome::Transaction {
-            start: false,
-            tag: "ROLLBACK",
-        },
-        ("DISCARD", _) => Outcome::Command("DISCARD ALL".into()),
-        ("DEALLOCATE", _) => Outcome::Command("DEALLOCATE".into()),
-        _ => return None,
-    })
-}
-
 /// Runs one statement for a connection (blocking).
 fn execute(conn: &ConnState, stmt: &StatementText) -> Result<Outcome, WireError> {
-    if let Some(outcome) = wire_statement(&stmt.text) {
-        return Ok(outcome);
-    }
     let shared = &conn.shared;
     if pg_catalog::is_catalog_query(&stmt.text) {
         let (schema, batches) =
@@ -400,14 +370,12 @@ fn execute(conn: &ConnState, stmt: &StatementText) -> Result<Outcome, WireError>
         StatementResult::Command(tag) => Outcome::Command(tag),
         StatementResult::Rows(schema, batches) => Outcome::Rows(schema, batches),
         StatementResult::Query(run) => Outcome::Stream(run),
+        StatementResult::Transaction(t) => Outcome::Transaction(t),
     })
 }
 
 /// The result columns of a statement, without running it.
 fn describe(conn: &ConnState, stmt: &StatementText) -> Result<Option<SchemaRef>, WireError> {
-    if wire_statement(&stmt.text).is_some() {
-        return Ok(None);
-    }
     let shared = &conn.shared;
     if pg_catalog::is_catalog_query(&stmt.text) {
         let (schema, _) =

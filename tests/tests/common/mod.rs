@@ -41,7 +41,7 @@ pub fn execute(session: &mut Session, sql: &str) -> Result<Collected, PlanError>
         line: 1,
     };
     match session.execute(&stmt)? {
-        StatementResult::Command(_) => Ok(Collected::Command),
+        StatementResult::Command(_) | StatementResult::Transaction(_) => Ok(Collected::Command),
         StatementResult::Rows(schema, batches) => Ok(Collected::Rows(
             schema
                 .fields()
