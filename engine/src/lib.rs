@@ -10,9 +10,11 @@
 //! alignment, routing rows through keyed exchanges, event-time assignment at the sources, and
 //! job-wide metrics. Operators implement the small [`Operator`] trait.
 
+pub mod atomic_file;
 pub mod checkpoint;
 pub mod error;
 pub mod event_time;
+mod fault;
 pub mod graph;
 pub mod message;
 pub mod metrics;

@@ -110,14 +110,7 @@ impl Catalog {
             text.push_str(&t.ddl);
             text.push_str(";\n");
         }
-        let tmp = file.with_extension("sql.tmp");
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, file)
-        };
-        write().map_err(|e| PlanError::io(format!("cannot write '{}'", file.display()), e))
+        weir_engine::atomic_file::atomic_write(file, text.as_bytes())
+            .map_err(|e| PlanError::io(format!("cannot write '{}'", file.display()), e))
     }
 }

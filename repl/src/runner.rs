@@ -4,12 +4,9 @@
 //! to stderr.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Result;
-use crossbeam_channel::RecvTimeoutError;
+use crossbeam_channel::{select, Receiver};
 use weir_connectors::sinks::SinkEvent;
 use weir_planner::sql::{split_statements, StatementText};
 use weir_planner::{QueryRun, Session, StatementResult};
@@ -17,28 +14,37 @@ use weir_planner::{QueryRun, Session, StatementResult};
 use crate::output::{render_table, Format, ResultWriter, StreamingTable};
 
 /// Ctrl-C while a query runs cancels the query (the REPL itself reads Ctrl-C as a key).
-pub fn install_interrupt_handler() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let f = Arc::clone(&flag);
-    if ctrlc::set_handler(move || f.store(true, Ordering::SeqCst)).is_err() {
+/// Each Ctrl-C is one message on the returned channel (at most one waits unread).
+pub fn install_interrupt_handler() -> Receiver<()> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    if ctrlc::set_handler(move || {
+        let _ = tx.try_send(());
+    })
+    .is_err()
+    {
         eprintln!("warning: cannot install the Ctrl-C handler");
     }
-    flag
+    rx
 }
 
 pub struct Runner<'a> {
     session: &'a mut Session,
     format: Format,
-    interrupted: Arc<AtomicBool>,
+    interrupt: Receiver<()>,
 }
 
 impl<'a> Runner<'a> {
-    pub fn new(session: &'a mut Session, format: Format, interrupted: Arc<AtomicBool>) -> Self {
+    pub fn new(session: &'a mut Session, format: Format, interrupt: Receiver<()>) -> Self {
         Self {
             session,
             format,
-            interrupted,
+            interrupt,
         }
+    }
+
+    /// Forgets a Ctrl-C pressed before now (e.g. at the prompt).
+    fn clear_interrupt(&self) {
+        while self.interrupt.try_recv().is_ok() {}
     }
 
     /// Prints a status line: stdout for tables, stderr otherwise.
@@ -70,8 +76,8 @@ impl<'a> Runner<'a> {
         if !self.session.has_running_jobs() {
             return true;
         }
-        self.interrupted.store(false, Ordering::SeqCst);
-        match self.session.wait_for_jobs(&self.interrupted) {
+        self.clear_interrupt();
+        match self.session.wait_for_jobs(&self.interrupt) {
             Ok(jobs) => {
                 let mut ok = true;
                 for (name, state, error) in jobs {
@@ -100,7 +106,7 @@ impl<'a> Runner<'a> {
 
     /// Runs one statement and prints its result.
     pub fn run_statement(&mut self, stmt: &StatementText) -> Result<()> {
-        self.interrupted.store(false, Ordering::SeqCst);
+        self.clear_interrupt();
         // A bug must not take the session down with it: report it like any error.
         let session = &mut *self.session;
         let result =
@@ -144,15 +150,18 @@ impl<'a> Runner<'a> {
         let mut done = false;
         let mut streaming_table = StreamingTable::default();
         while !done {
-            if self.interrupted.swap(false, Ordering::SeqCst) {
-                job.cancel();
-                drop(events);
-                let _ = job.wait();
-                writer.finish()?;
-                self.status("query cancelled");
-                return Ok(());
-            }
-            match events.recv_timeout(Duration::from_millis(100)) {
+            let event = select! {
+                recv(events) -> event => event,
+                recv(self.interrupt) -> _ => {
+                    job.cancel();
+                    drop(events);
+                    let _ = job.wait();
+                    writer.finish()?;
+                    self.status("query cancelled");
+                    return Ok(());
+                }
+            };
+            match event {
                 Ok(SinkEvent::Batch(b)) => {
                     rows += b.num_rows();
                     done = limit.is_some_and(|l| rows >= l);
@@ -166,8 +175,8 @@ impl<'a> Runner<'a> {
                         _ => writer.write_batch(&b)?,
                     }
                 }
-                Ok(SinkEvent::Watermark(_)) | Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+                Ok(SinkEvent::Watermark(_)) => {}
+                Err(_) => break,
             }
         }
         drop(events);

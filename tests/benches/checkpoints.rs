@@ -63,9 +63,7 @@ fn overhead_run(events: usize, interval: &str, delivery: &str) -> Outcome {
             dir.path().join("out").display()
         ),
     );
-    let jobs = s
-        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    let jobs = s.wait_for_jobs(&crossbeam_channel::never()).unwrap();
     let secs = started.elapsed().as_secs_f64();
     assert!(jobs.iter().all(|j| j.2.is_none()), "{jobs:?}");
     let m = s.job_metrics("q").unwrap();

@@ -197,7 +197,7 @@ fn throughput(broker: &Broker, out: &str, interval: &str, delivery: &str, rows: 
         delivery,
         ", stop_at = 'end'",
     );
-    let jobs = s.wait_for_jobs(&AtomicBool::new(false)).unwrap();
+    let jobs = s.wait_for_jobs(&crossbeam_channel::never()).unwrap();
     assert!(jobs.iter().all(|j| j.2.is_none()), "{jobs:?}");
     let secs = started.elapsed().as_secs_f64();
     let read = s.job_metrics("agg").unwrap().rows_in as f64;

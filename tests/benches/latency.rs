@@ -111,9 +111,7 @@ fn throughput(interval: &str, delivery: &str, events: usize) -> f64 {
         &format!(", events = '{events}'"),
         "",
     );
-    let jobs = s
-        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    let jobs = s.wait_for_jobs(&crossbeam_channel::never()).unwrap();
     assert!(jobs.iter().all(|j| j.2.is_none()), "{jobs:?}");
     s.job_metrics("lat").unwrap().rows_in as f64 / started.elapsed().as_secs_f64()
 }

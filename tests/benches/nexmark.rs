@@ -115,9 +115,7 @@ fn child(query: &str, delivery: &str, events: usize, parallelism: usize) {
             select.text
         ),
     );
-    let jobs = s
-        .wait_for_jobs(&std::sync::atomic::AtomicBool::new(false))
-        .unwrap();
+    let jobs = s.wait_for_jobs(&crossbeam_channel::never()).unwrap();
     let wall = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     assert!(jobs.iter().all(|j| j.2.is_none()), "{jobs:?}");

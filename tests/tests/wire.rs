@@ -617,3 +617,54 @@ fn python_drivers_psycopg3_and_psycopg2() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// DROP SINK while the job's supervisor is between a failed attempt and the next one (the
+/// fault hook fails one commit, then holds the restart): the stop must reach the attempt that
+/// starts after it. It used to be lost there, the endless job ran on and DROP SINK hung.
+#[test]
+fn drop_sink_returns_while_the_job_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = WireServer::start_with_env(
+        dir.path(),
+        &[],
+        &[("WEIR_FAULT", "fail_commit:2,pause_restart:2000")],
+    );
+    let mut client = server.connect();
+    client.batch_execute(NEXMARK_BIDS).unwrap();
+    client
+        .batch_execute("SET checkpoint_interval = '100ms'")
+        .unwrap();
+    client
+        .batch_execute(
+            "CREATE SINK s WITH (connector = 'file', path = 'out', format = 'csv') \
+             AS SELECT auction, price FROM bid",
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("pausing the restart"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match server.stderr.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("the job did not fail once and restart: {seen:?}"),
+        }
+    }
+    assert!(
+        seen.iter().any(|l| l.contains("failing the commit")),
+        "{seen:?}"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let dropped = client.batch_execute("DROP SINK s");
+        let _ = tx.send((client, dropped.map_err(|e| e.to_string())));
+    });
+    let (mut client, dropped) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("DROP SINK did not return: the stop was lost while the job restarted");
+    dropped.unwrap();
+    assert!(simple_rows(&mut client, "SHOW JOBS").is_empty());
+    assert!(!dir.path().join("jobs/s").exists());
+}

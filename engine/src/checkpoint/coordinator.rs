@@ -320,17 +320,18 @@ impl Coordinator {
         };
         let pending_output = !self.uncommitted.is_empty();
         if pending_output {
-            fault_point("before_manifest", f.epoch);
+            crate::fault::crash_at("before_manifest", f.epoch);
         }
         let written = match f.error {
             Some(e) => Err(EngineError::State(e)),
             None => self.dir.write_manifest(&manifest),
         };
         if written.is_ok() && pending_output {
-            fault_point("before_commit", f.epoch);
+            crate::fault::crash_at("before_commit", f.epoch);
         }
         match written {
             Ok(()) => {
+                crate::fault::fail_commit_once(f.epoch)?;
                 self.commit_all()?;
                 self.tell_sources(&manifest);
                 self.consecutive_failures = 0;
@@ -403,24 +404,6 @@ impl Coordinator {
     }
 }
 
-/// Crash-test hook: with `WEIR_FAULT=<point>:<n>` in the environment the process aborts, as a
-/// crash would, the first time a checkpoint from epoch `n` on reaches that point with sink
-/// output to commit (`before_manifest`: every task pre-committed, no manifest yet;
-/// `before_commit`: the manifest is written, nothing committed; `mid_commit`: the first of
-/// several sink payloads committed, the others not).
-fn fault_point(point: &str, epoch: u64) {
-    if let Ok(fault) = std::env::var("WEIR_FAULT") {
-        let at = fault
-            .strip_prefix(point)
-            .and_then(|rest| rest.strip_prefix(':'))
-            .and_then(|n| n.parse::<u64>().ok());
-        if at.is_some_and(|n| epoch >= n) {
-            eprintln!("WEIR_FAULT: aborting at {point} of checkpoint {epoch}");
-            std::process::abort();
-        }
-    }
-}
-
 /// A task's sink payloads of `epoch`, as pending commits.
 fn pending(
     task: TaskId,
@@ -456,7 +439,7 @@ pub(crate) fn commit(
             let epoch = commits.iter().map(|c| c.epoch).max().unwrap_or(0);
             for (i, p) in payloads.iter().enumerate() {
                 if i == 1 {
-                    fault_point("mid_commit", epoch);
+                    crate::fault::crash_at("mid_commit", epoch);
                 }
                 committer.commit(std::slice::from_ref(p))?;
             }

@@ -1,13 +1,13 @@
 //! The manifest of a checkpoint: what a restart needs (source positions, where each task's
 //! state is, what the sinks pre-committed). Writing it is the checkpoint's commit point, so it
-//! is written atomically (temporary file, fsync, rename, fsync of the directory) and carries a
-//! checksum: a torn or corrupt manifest is never loaded.
+//! is written atomically ([`atomic_write`]) and carries a CRC-32 of its JSON: a torn or corrupt
+//! manifest is never loaded.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
+use crate::atomic_file::atomic_write;
 use crate::error::{EngineError, Result};
 use crate::message::EventTime;
 use crate::source::SplitId;
@@ -15,11 +15,24 @@ use crate::source::SplitId;
 const FORMAT_VERSION: u64 = 1;
 const CHECKSUM_PREFIX: &str = "crc32 ";
 
-/// Identifies one task: stage index and instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Identifies one task: stage index and instance. Written as `[stage, instance]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "(usize, usize)", into = "(usize, usize)")]
 pub struct TaskId {
     pub stage: usize,
     pub instance: usize,
+}
+
+impl From<(usize, usize)> for TaskId {
+    fn from((stage, instance): (usize, usize)) -> Self {
+        Self { stage, instance }
+    }
+}
+
+impl From<TaskId> for (usize, usize) {
+    fn from(t: TaskId) -> Self {
+        (t.stage, t.instance)
+    }
 }
 
 impl std::fmt::Display for TaskId {
@@ -29,29 +42,32 @@ impl std::fmt::Display for TaskId {
 }
 
 /// Where a source partition stood at the checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceCheckpoint {
     pub task: TaskId,
     /// Opaque to the runtime; the connector reads it back.
+    #[serde(with = "hex_bytes")]
     pub position: Vec<u8>,
     /// The instance's watermark (the minimum over its splits' running maxima).
     pub watermark: EventTime,
     /// Each split's watermark (running maximum), so lateness is judged as before.
+    #[serde(default)]
     pub splits: Vec<(SplitId, EventTime)>,
 }
 
 /// Output a sink made durable but not visible, to be committed with the checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingCommit {
     pub task: TaskId,
     /// The sink's position in its task's chain.
     pub operator: usize,
     pub epoch: u64,
+    #[serde(with = "hex_bytes")]
     pub payload: Vec<u8>,
 }
 
 /// One complete checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     pub job: String,
     pub epoch: u64,
@@ -61,6 +77,7 @@ pub struct Manifest {
     pub stages: Vec<(String, usize)>,
     pub sources: Vec<SourceCheckpoint>,
     /// Tasks with state, and the directory (relative to the checkpoints directory) of each.
+    #[serde(with = "state_dirs")]
     pub state: Vec<(TaskId, String)>,
     pub commits: Vec<PendingCommit>,
 }
@@ -153,22 +170,14 @@ impl JobDir {
     pub fn write_manifest(&self, manifest: &Manifest) -> Result<()> {
         let dir = self.checkpoints();
         let path = self.manifest_path(manifest.epoch);
-        let tmp = dir.join(format!(".manifest-{:020}.tmp", manifest.epoch));
-        let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(&dir)?;
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&manifest.encode())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            std::fs::File::open(&dir)?.sync_all()
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            EngineError::io(
-                format!("cannot write checkpoint manifest '{}'", path.display()),
-                e,
-            )
-        })
+        std::fs::create_dir_all(&dir)
+            .and_then(|_| atomic_write(&path, &manifest.encode()))
+            .map_err(|e| {
+                EngineError::io(
+                    format!("cannot write checkpoint manifest '{}'", path.display()),
+                    e,
+                )
+            })
     }
 
     /// Deletes checkpoints older than the newest `retain` manifests, and whatever sits under
@@ -222,50 +231,76 @@ impl JobDir {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+/// Byte strings as hex text (positions and sink payloads stay readable in the file).
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
 
-fn unhex(s: &str) -> std::result::Result<Vec<u8>, String> {
-    if !s.len().is_multiple_of(2) {
-        return Err("odd hex length".into());
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| e.to_string()))
-        .collect()
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        let bad = || serde::de::Error::custom(format!("bad hex string '{text}'"));
+        if !text.len().is_multiple_of(2) || !text.is_ascii() {
+            return Err(bad());
+        }
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|_| bad()))
+            .collect()
+    }
 }
 
-fn task_json(t: TaskId) -> Value {
-    json!([t.stage, t.instance])
+/// `state` as a list of `{"task": [stage, instance], "dir": "..."}`.
+mod state_dirs {
+    use super::TaskId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    struct Entry {
+        task: TaskId,
+        dir: String,
+    }
+
+    pub fn serialize<S: Serializer>(dirs: &[(TaskId, String)], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(dirs.iter().map(|(task, dir)| Entry {
+            task: *task,
+            dir: dir.clone(),
+        }))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(TaskId, String)>, D::Error> {
+        Ok(Vec::<Entry>::deserialize(d)?
+            .into_iter()
+            .map(|e| (e.task, e.dir))
+            .collect())
+    }
+}
+
+/// The file's fields around the manifest: its format version.
+#[derive(Serialize)]
+struct VersionedRef<'a> {
+    version: u64,
+    #[serde(flatten)]
+    manifest: &'a Manifest,
+}
+
+#[derive(Deserialize)]
+struct Version {
+    version: u64,
 }
 
 impl Manifest {
     /// The manifest as bytes: JSON, then a line with the CRC-32 of the JSON.
     pub fn encode(&self) -> Vec<u8> {
-        let body = json!({
-            "version": FORMAT_VERSION,
-            "job": self.job,
-            "epoch": self.epoch,
-            "finished": self.finished,
-            "stages": self.stages.iter().map(|(n, p)| json!([n, p])).collect::<Vec<_>>(),
-            "sources": self.sources.iter().map(|s| json!({
-                "task": task_json(s.task),
-                "position": hex(&s.position),
-                "watermark": s.watermark,
-                "splits": s.splits.iter().map(|(id, w)| json!([id, w])).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-            "state": self.state.iter().map(|(t, d)| json!({"task": task_json(*t), "dir": d}))
-                .collect::<Vec<_>>(),
-            "commits": self.commits.iter().map(|c| json!({
-                "task": task_json(c.task),
-                "operator": c.operator,
-                "epoch": c.epoch,
-                "payload": hex(&c.payload),
-            })).collect::<Vec<_>>(),
-        });
-        let text = serde_json::to_string_pretty(&body).unwrap_or_default();
-        format!("{text}\n{CHECKSUM_PREFIX}{:08x}\n", crc32(text.as_bytes())).into_bytes()
+        let file = VersionedRef {
+            version: FORMAT_VERSION,
+            manifest: self,
+        };
+        let text = serde_json::to_string_pretty(&file).unwrap_or_default();
+        let sum = crc32fast::hash(text.as_bytes());
+        format!("{text}\n{CHECKSUM_PREFIX}{sum:08x}\n").into_bytes()
     }
 
     /// Parses and verifies a manifest.
@@ -279,96 +314,15 @@ impl Manifest {
             .strip_prefix(CHECKSUM_PREFIX)
             .and_then(|s| u32::from_str_radix(s, 16).ok())
             .ok_or("truncated (no checksum)")?;
-        if crc32(body.as_bytes()) != sum {
+        if crc32fast::hash(body.as_bytes()) != sum {
             return Err("checksum mismatch (corrupt)".into());
         }
-        let v: Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
-        if v["version"].as_u64() != Some(FORMAT_VERSION) {
-            return Err(format!("unknown format version {}", v["version"]));
+        let Version { version } = serde_json::from_str(body).map_err(|e| e.to_string())?;
+        if version != FORMAT_VERSION {
+            return Err(format!("unknown format version {version}"));
         }
-        let bad = |what: &str| format!("bad field '{what}'");
-        let task = |t: &Value| -> std::result::Result<TaskId, String> {
-            Ok(TaskId {
-                stage: t[0].as_u64().ok_or_else(|| bad("task"))? as usize,
-                instance: t[1].as_u64().ok_or_else(|| bad("task"))? as usize,
-            })
-        };
-        let list = |name: &str| -> std::result::Result<Vec<Value>, String> {
-            v[name].as_array().cloned().ok_or_else(|| bad(name))
-        };
-        Ok(Self {
-            job: v["job"].as_str().ok_or_else(|| bad("job"))?.to_string(),
-            epoch: v["epoch"].as_u64().ok_or_else(|| bad("epoch"))?,
-            finished: v["finished"].as_bool().ok_or_else(|| bad("finished"))?,
-            stages: list("stages")?
-                .iter()
-                .map(|s| {
-                    Ok((
-                        s[0].as_str().ok_or_else(|| bad("stages"))?.to_string(),
-                        s[1].as_u64().ok_or_else(|| bad("stages"))? as usize,
-                    ))
-                })
-                .collect::<std::result::Result<_, String>>()?,
-            sources: list("sources")?
-                .iter()
-                .map(|s| {
-                    Ok(SourceCheckpoint {
-                        task: task(&s["task"])?,
-                        position: unhex(s["position"].as_str().ok_or_else(|| bad("position"))?)?,
-                        watermark: s["watermark"].as_i64().ok_or_else(|| bad("watermark"))?,
-                        splits: match s["splits"].as_array() {
-                            None => Vec::new(),
-                            Some(list) => list
-                                .iter()
-                                .map(|p| {
-                                    Ok((
-                                        p[0].as_u64().ok_or_else(|| bad("splits"))?,
-                                        p[1].as_i64().ok_or_else(|| bad("splits"))?,
-                                    ))
-                                })
-                                .collect::<std::result::Result<_, String>>()?,
-                        },
-                    })
-                })
-                .collect::<std::result::Result<_, String>>()?,
-            state: list("state")?
-                .iter()
-                .map(|s| {
-                    Ok((
-                        task(&s["task"])?,
-                        s["dir"].as_str().ok_or_else(|| bad("dir"))?.to_string(),
-                    ))
-                })
-                .collect::<std::result::Result<_, String>>()?,
-            commits: list("commits")?
-                .iter()
-                .map(|c| {
-                    Ok(PendingCommit {
-                        task: task(&c["task"])?,
-                        operator: c["operator"].as_u64().ok_or_else(|| bad("operator"))? as usize,
-                        epoch: c["epoch"].as_u64().ok_or_else(|| bad("epoch"))?,
-                        payload: unhex(c["payload"].as_str().ok_or_else(|| bad("payload"))?)?,
-                    })
-                })
-                .collect::<std::result::Result<_, String>>()?,
-        })
+        serde_json::from_str(body).map_err(|e| e.to_string())
     }
-}
-
-/// CRC-32 (IEEE), bitwise: manifests are small.
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
 }
 
 #[cfg(test)]
@@ -416,8 +370,21 @@ mod tests {
     }
 
     #[test]
-    fn crc32_matches_the_standard_check_value() {
-        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    fn the_file_format_is_the_one_earlier_versions_wrote() {
+        let dir = JobDir::state_checkpoint(
+            7,
+            TaskId {
+                stage: 1,
+                instance: 2,
+            },
+        );
+        let body = format!(
+            r#"{{"version":1,"job":"j","epoch":7,"finished":false,"stages":[["source",2],["aggregate",3]],"sources":[{{"task":[0,1],"position":"0001ff","watermark":-5,"splits":[[0,-5],[3,17]]}}],"state":[{{"task":[1,2],"dir":"{dir}"}}],"commits":[{{"task":[1,0],"operator":2,"epoch":7,"payload":"70617274"}}]}}"#
+        );
+        // The standard CRC-32 check value: the checksum line is what it always was.
+        assert_eq!(crc32fast::hash(b"123456789"), 0xCBF4_3926);
+        let file = format!("{body}\ncrc32 {:08x}\n", crc32fast::hash(body.as_bytes()));
+        assert_eq!(Manifest::decode(file.as_bytes()).unwrap(), sample(7));
     }
 
     #[test]

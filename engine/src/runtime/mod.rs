@@ -68,18 +68,21 @@ impl Default for JobConfig {
 pub struct JobHandle {
     name: String,
     threads: Vec<JoinHandle<()>>,
-    shared: Arc<JobShared>,
-    metrics: Arc<JobMetrics>,
-    checkpoints: Option<Arc<CheckpointStats>>,
+    control: JobControl,
     restored: Option<u64>,
     notes: Vec<String>,
 }
 
-impl JobHandle {
-    pub fn name(&self) -> &str {
-        &self.name
-    }
+/// Stops a running job and reads its counters; cloned freely, so one thread can stop a job
+/// another waits for.
+#[derive(Clone)]
+pub struct JobControl {
+    shared: Arc<JobShared>,
+    metrics: Arc<JobMetrics>,
+    checkpoints: Option<Arc<CheckpointStats>>,
+}
 
+impl JobControl {
     /// The job's counters now.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
@@ -88,6 +91,41 @@ impl JobHandle {
     /// Checkpoint counters of a durable job.
     pub fn checkpoints(&self) -> Option<StatsSnapshot> {
         self.checkpoints.as_ref().map(|c| c.snapshot())
+    }
+
+    /// See [`JobHandle::cancel`].
+    pub fn cancel(&self) {
+        self.shared.cancel.store(true, Ordering::SeqCst);
+    }
+
+    /// See [`JobHandle::stop`].
+    pub fn stop(&self) {
+        if self.checkpoints.is_some() {
+            self.shared.stop.store(true, Ordering::SeqCst);
+        } else {
+            self.cancel();
+        }
+    }
+}
+
+impl JobHandle {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A handle that stops the job and reads its counters while this one waits for it.
+    pub fn control(&self) -> JobControl {
+        self.control.clone()
+    }
+
+    /// The job's counters now.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.control.metrics()
+    }
+
+    /// Checkpoint counters of a durable job.
+    pub fn checkpoints(&self) -> Option<StatsSnapshot> {
+        self.control.checkpoints()
     }
 
     /// The epoch the job resumed from, if it restored a checkpoint.
@@ -102,17 +140,13 @@ impl JobHandle {
 
     /// Asks every task to stop. [`JobHandle::wait`] then returns [`EngineError::Cancelled`].
     pub fn cancel(&self) {
-        self.shared.cancel.store(true, Ordering::Relaxed);
+        self.control.cancel();
     }
 
     /// Stops a durable job with a final checkpoint, so that resuming it loses nothing; a job
     /// without checkpoints is cancelled. [`JobHandle::wait`] returns when it stopped.
     pub fn stop(&self) {
-        if self.checkpoints.is_some() {
-            self.shared.stop.store(true, Ordering::Relaxed);
-        } else {
-            self.cancel();
-        }
+        self.control.stop();
     }
 
     /// Whether all tasks have exited.
@@ -127,7 +161,7 @@ impl JobHandle {
             return self.wait();
         }
         self.cancel();
-        let metrics = Arc::clone(&self.metrics);
+        let metrics = Arc::clone(&self.control.metrics);
         match self.wait() {
             Ok(m) => Ok(m),
             Err(EngineError::Cancelled) => Ok(metrics.snapshot()),
@@ -142,11 +176,12 @@ impl JobHandle {
                 return Err(EngineError::Internal("a task thread panicked".into()));
             }
         }
-        let err = self.shared.error.lock().ok().and_then(|mut e| e.take());
+        let shared = &self.control.shared;
+        let err = shared.error.lock().ok().and_then(|mut e| e.take());
         match err {
             Some(e) => Err(e),
-            None if self.shared.cancel.load(Ordering::Relaxed) => Err(EngineError::Cancelled),
-            None => Ok(self.metrics.snapshot()),
+            None if shared.cancel.load(Ordering::Relaxed) => Err(EngineError::Cancelled),
+            None => Ok(self.control.metrics()),
         }
     }
 }
@@ -304,9 +339,11 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
             return Ok(JobHandle {
                 name: graph.name,
                 threads: Vec::new(),
-                shared,
-                metrics,
-                checkpoints: Some(Arc::new(CheckpointStats::default())),
+                control: JobControl {
+                    shared,
+                    metrics,
+                    checkpoints: Some(Arc::new(CheckpointStats::default())),
+                },
                 restored: Some(r.manifest.epoch),
                 notes,
             });
@@ -561,9 +598,11 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
     Ok(JobHandle {
         name: graph.name,
         threads,
-        shared,
-        metrics,
-        checkpoints,
+        control: JobControl {
+            shared,
+            metrics,
+            checkpoints,
+        },
         restored: restore.map(|r| r.manifest.epoch),
         notes,
     })

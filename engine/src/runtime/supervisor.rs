@@ -1,14 +1,17 @@
 //! Restarting a durable job after failures that may pass (a sink's server went away, an I/O
-//! error): a supervisor thread runs the job, and when it fails that way spawns it again from
-//! its last checkpoint after a backoff. The job graph is reusable (factories build fresh
-//! operators), so a restart is the same as a resume.
+//! error): a supervisor thread waits for the job, and when it fails that way spawns it again
+//! from its last checkpoint after a backoff. The job graph is reusable (factories build fresh
+//! operators), so a restart is the same as a resume. Nothing polls: the supervisor blocks on
+//! the attempt's threads, a backoff on a condition variable that stop and cancel signal.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{spawn_job, JobConfig, JobHandle};
+use crossbeam_channel::Sender;
+
+use super::{spawn_job, JobConfig, JobControl, JobHandle};
 use crate::checkpoint::StatsSnapshot;
 use crate::error::{EngineError, Result};
 use crate::graph::JobGraph;
@@ -17,6 +20,8 @@ use crate::metrics::MetricsSnapshot;
 /// How often and how patiently a failed job is restarted.
 #[derive(Debug, Clone, Copy)]
 pub struct RestartPolicy {
+    /// Restarts in a row: an attempt that completed a checkpoint before failing made
+    /// progress, and the count starts again after it.
     pub max_restarts: u32,
     /// The n-th restart waits `backoff * 2^(n-1)`.
     pub backoff: Duration,
@@ -42,15 +47,22 @@ impl EngineError {
     }
 }
 
-#[derive(Default)]
+/// What stop / cancel requests and the supervisor share. Guarded by one mutex so that a
+/// request and the start of a new attempt cannot miss each other: the supervisor publishes
+/// the new attempt and reads the flags under the lock; a request sets its flag and reaches
+/// the published attempt under the same lock.
+struct Control {
+    /// The attempt running now, or the last one.
+    current: JobControl,
+    stop: bool,
+    cancel: bool,
+}
+
 struct Shared {
-    /// The attempt running now.
-    current: Mutex<Option<JobHandle>>,
-    stop: AtomicBool,
-    cancel: AtomicBool,
+    control: Mutex<Control>,
+    /// Signalled when a stop or cancel is requested (ends a backoff early).
+    requested: Condvar,
     restarts: AtomicU32,
-    last_metrics: Mutex<Option<MetricsSnapshot>>,
-    last_checkpoints: Mutex<Option<StatsSnapshot>>,
 }
 
 /// A job run under a restart policy. Same surface as [`JobHandle`].
@@ -63,21 +75,38 @@ pub struct SupervisedJob {
 }
 
 /// Starts `graph` (see [`spawn_job`]) and restarts it per `policy` after transient failures.
+/// When the job ends for good, its name is sent on `ended` (if given), so an owner of many
+/// jobs waits on one channel.
 pub fn spawn_supervised(
     graph: JobGraph,
     config: JobConfig,
     policy: RestartPolicy,
+    ended: Option<Sender<String>>,
 ) -> Result<SupervisedJob> {
     let first = spawn_job(graph.clone(), config.clone())?;
     let name = first.name().to_string();
     let restored = first.restored_epoch();
     let notes = first.notes().to_vec();
-    let shared = Arc::new(Shared::default());
-    *lock(&shared.current)? = Some(first);
+    let shared = Arc::new(Shared {
+        control: Mutex::new(Control {
+            current: first.control(),
+            stop: false,
+            cancel: false,
+        }),
+        requested: Condvar::new(),
+        restarts: AtomicU32::new(0),
+    });
     let s = Arc::clone(&shared);
+    let job = name.clone();
     let thread = std::thread::Builder::new()
         .name(format!("weir-{name}-supervisor"))
-        .spawn(move || supervise(&s, graph, config, policy))
+        .spawn(move || {
+            let result = supervise(&s, first, graph, config, policy);
+            if let Some(ended) = ended {
+                let _ = ended.send(job);
+            }
+            result
+        })
         .map_err(|e| EngineError::io("starting a job supervisor", e))?;
     Ok(SupervisedJob {
         name,
@@ -88,63 +117,62 @@ pub fn spawn_supervised(
     })
 }
 
-fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
-    m.lock()
-        .map_err(|_| EngineError::Internal("job supervisor poisoned".into()))
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The supervisor's state stays consistent under a panic elsewhere (flags and a handle).
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Runs attempts until one ends well, fails for good, or is stopped.
 fn supervise(
     shared: &Shared,
+    mut attempt: JobHandle,
     graph: JobGraph,
     config: JobConfig,
     policy: RestartPolicy,
 ) -> Result<MetricsSnapshot> {
-    let stopping = || shared.stop.load(Ordering::Relaxed) || shared.cancel.load(Ordering::Relaxed);
+    // Restarts since the last attempt that completed a checkpoint: a job that makes progress
+    // between failures is not given up on.
+    let mut in_a_row = 0u32;
     loop {
-        // Wait for the attempt to end, then take it out to collect its result.
-        let attempt = loop {
-            {
-                let mut current = lock(&shared.current)?;
-                if current.as_ref().is_none_or(|h| h.is_finished()) {
-                    break current.take();
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let Some(attempt) = attempt else {
-            return Err(EngineError::Internal("job supervisor lost its job".into()));
-        };
-        *lock(&shared.last_metrics)? = Some(attempt.metrics());
-        *lock(&shared.last_checkpoints)? = attempt.checkpoints();
+        let control = attempt.control();
         let mut error = match attempt.wait() {
             Ok(m) => return Ok(m),
             Err(e) => e,
         };
-        // Restart from the last checkpoint, after a backoff; a restart that fails to start
-        // (the server is still away) counts as one.
-        loop {
-            let restarts = shared.restarts.load(Ordering::Relaxed);
-            if stopping() || !error.is_transient() || restarts >= policy.max_restarts {
+        if control.checkpoints().is_some_and(|c| c.completed > 0) {
+            in_a_row = 0;
+        }
+        attempt = loop {
+            if !error.is_transient() || in_a_row >= policy.max_restarts {
                 return Err(error);
             }
-            let wait = policy.backoff * 2u32.pow(restarts);
-            let mut waited = Duration::ZERO;
-            while waited < wait {
-                if stopping() {
-                    return Err(error);
-                }
-                std::thread::sleep(Duration::from_millis(10));
-                waited += Duration::from_millis(10);
+            let backoff = policy.backoff * 2u32.pow(in_a_row);
+            let requested = shared
+                .requested
+                .wait_timeout_while(lock(&shared.control), backoff, |c| !c.stop && !c.cancel)
+                .map(|(c, _)| c.stop || c.cancel)
+                .unwrap_or(true);
+            if requested {
+                return Err(error);
             }
-            shared.restarts.store(restarts + 1, Ordering::Relaxed);
+            in_a_row += 1;
+            shared.restarts.fetch_add(1, Ordering::SeqCst);
+            crate::fault::pause_restart();
+            // A restart that fails to start (the server is still away) counts as one.
             match spawn_job(graph.clone(), config.clone()) {
-                Ok(h) => {
-                    *lock(&shared.current)? = Some(h);
-                    break;
+                Ok(next) => {
+                    let mut c = lock(&shared.control);
+                    c.current = next.control();
+                    if c.cancel {
+                        next.cancel();
+                    } else if c.stop {
+                        next.stop();
+                    }
+                    break next;
                 }
                 Err(e) => error = e,
             }
-        }
+        };
     }
 }
 
@@ -155,31 +183,12 @@ impl SupervisedJob {
 
     /// Counters of the attempt running now (or of the last one).
     pub fn metrics(&self) -> MetricsSnapshot {
-        if let Ok(current) = self.shared.current.lock() {
-            if let Some(h) = current.as_ref() {
-                return h.metrics();
-            }
-        }
-        self.shared
-            .last_metrics
-            .lock()
-            .ok()
-            .and_then(|m| *m)
-            .unwrap_or_default()
+        lock(&self.shared.control).current.metrics()
     }
 
     /// Checkpoint counters of the attempt running now (or of the last one).
     pub fn checkpoints(&self) -> Option<StatsSnapshot> {
-        if let Ok(current) = self.shared.current.lock() {
-            if let Some(h) = current.as_ref() {
-                return h.checkpoints();
-            }
-        }
-        self.shared
-            .last_checkpoints
-            .lock()
-            .ok()
-            .and_then(|c| c.clone())
+        lock(&self.shared.control).current.checkpoints()
     }
 
     pub fn restored_epoch(&self) -> Option<u64> {
@@ -195,24 +204,21 @@ impl SupervisedJob {
         self.shared.restarts.load(Ordering::Relaxed)
     }
 
-    /// Stops with a final checkpoint (see [`JobHandle::stop`]); no restart follows.
+    /// Stops with a final checkpoint (see [`JobHandle::stop`]); no restart follows, also
+    /// when the request comes while the job waits to restart.
     pub fn stop(&self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Ok(current) = self.shared.current.lock() {
-            if let Some(h) = current.as_ref() {
-                h.stop();
-            }
-        }
+        let mut c = lock(&self.shared.control);
+        c.stop = true;
+        c.current.stop();
+        self.shared.requested.notify_all();
     }
 
     /// Cancels without a checkpoint (see [`JobHandle::cancel`]); no restart follows.
     pub fn cancel(&self) {
-        self.shared.cancel.store(true, Ordering::Relaxed);
-        if let Ok(current) = self.shared.current.lock() {
-            if let Some(h) = current.as_ref() {
-                h.cancel();
-            }
-        }
+        let mut c = lock(&self.shared.control);
+        c.cancel = true;
+        c.current.cancel();
+        self.shared.requested.notify_all();
     }
 
     /// Whether the job ended for good (no restart pending).

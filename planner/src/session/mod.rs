@@ -130,7 +130,8 @@ pub struct Session {
     jobs_started: u64,
     runtime: Option<tokio::runtime::Runtime>,
     /// Sink jobs this session started or resumed, by name.
-    jobs: BTreeMap<String, crate::jobs::ManagedJob>,
+    /// Sink and view jobs; `None` without a data directory (there are none then).
+    jobs: Option<crate::jobs::JobManager>,
     /// Jobs that could not resume at start, with why.
     resume_failures: Vec<String>,
     /// The data directory of the job a scratch session plans again (views live there).
@@ -171,13 +172,14 @@ impl Session {
     /// A session with the stored tables but without resuming jobs.
     fn open_catalog_only(config: SessionConfig) -> Result<(Self, Vec<String>)> {
         let (catalog, ddl) = Catalog::open(config.data_dir.as_deref())?;
+        let jobs = config.data_dir.clone().map(crate::jobs::JobManager::new);
         let mut session = Self {
             config,
             state: new_session_state(),
             catalog,
             jobs_started: 0,
             runtime: None,
-            jobs: BTreeMap::new(),
+            jobs,
             resume_failures: Vec::new(),
             view_data_dir: None,
         };

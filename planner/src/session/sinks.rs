@@ -2,26 +2,25 @@
 //! jobs to end.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+
+use crossbeam_channel::Receiver;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::sql::sqlparser::ast::{Query, Statement};
 use weir_connectors::sinks::{ViewSinkFactory, ViewSourceFactory};
 use weir_connectors::{create_sink, Options, SinkContext};
-use weir_engine::checkpoint::CheckpointConfig;
-use weir_engine::runtime::{spawn_supervised, RestartPolicy};
+use weir_engine::JobGraph;
 use weir_engine::OperatorFactory;
-use weir_engine::{JobConfig, JobGraph};
 
 use super::settings::{parse_delivery, parse_duration};
 use super::{text_rows, Session, SessionConfig, StatementResult};
 use crate::catalog::TableDef;
-use crate::display::format_timestamp;
 use crate::error::{PlanError, Result};
 use crate::invalid;
-use crate::jobs::{job_dir, JobRecord, JobSettings, JobState, ManagedJob};
+use crate::jobs::{
+    job_dir, JobManager, JobOutcome, JobRecord, JobSettings, JobState, SHOW_JOBS_COLUMNS,
+};
 use crate::sql::statement::parse_recorded_job;
 use crate::sql::{CreateJob, JobKind, JobTarget, StatementText};
 use crate::stream_plan::{reads_tables, StreamPlanner};
@@ -280,7 +279,7 @@ impl Session {
         let mut n = 1;
         let name = loop {
             let name = format!("{table}_insert_{n}");
-            if !self.jobs.contains_key(&name) && !job_dir(&data_dir, &name).exists() {
+            if !self.job_known(&name) && !job_dir(&data_dir, &name).exists() {
                 break name;
             }
             n += 1;
@@ -341,7 +340,7 @@ impl Session {
                 "{what} name '{name}': use letters, digits and _ (it names files and directories)"
             ));
         }
-        if self.jobs.contains_key(&name) || job_dir(&data_dir, &name).join("job.json").exists() {
+        if self.job_known(&name) || job_dir(&data_dir, &name).join("job.json").exists() {
             if if_not_exists {
                 return Ok(StatementResult::Command(tag.into()));
             }
@@ -382,32 +381,18 @@ impl Session {
     }
 
     fn start_job(&mut self, record: JobRecord, graph: JobGraph) -> Result<Vec<String>> {
-        let data_dir = self.data_dir()?;
-        let config = JobConfig {
-            align_barriers: record.settings.exactly_once,
-            memory_budget: record.settings.memory_budget,
-            checkpoint: Some(CheckpointConfig {
-                dir: job_dir(&data_dir, &record.name),
-                interval: record.settings.checkpoint_interval,
-                retain: record.settings.checkpoints_retained,
-            }),
-            ..JobConfig::default()
-        };
-        let handle = spawn_supervised(graph, config, RestartPolicy::default())?;
-        let notes = handle.notes().to_vec();
-        let last_epoch = handle.restored_epoch().unwrap_or(0);
-        self.jobs.insert(
-            record.name.clone(),
-            ManagedJob {
-                record,
-                handle: Some(handle),
-                last_metrics: None,
-                last_checkpoints: None,
-                restarts: 0,
-                last_epoch,
-            },
-        );
-        Ok(notes)
+        self.job_manager()?.start(record, graph)
+    }
+
+    /// Whether this process runs (or ran) a job of that name.
+    fn job_known(&self, name: &str) -> bool {
+        self.jobs.as_ref().is_some_and(|j| j.contains(name))
+    }
+
+    fn job_manager(&mut self) -> Result<&mut JobManager> {
+        self.jobs.as_mut().ok_or_else(|| {
+            invalid!("sinks keep their checkpoints in the data directory: start weir with --data-dir DIR")
+        })
     }
 
     /// Resumes every unfinished job recorded in the data directory and makes every
@@ -418,7 +403,7 @@ impl Session {
         };
         let (records, mut warnings) = JobRecord::load_all(&data_dir)?;
         for mut record in records {
-            if self.jobs.contains_key(&record.name) {
+            if self.job_known(&record.name) {
                 continue;
             }
             let finished = record.state == JobState::Finished;
@@ -485,16 +470,11 @@ impl Session {
 
     /// CANCEL JOB name: stops the job with a final checkpoint; it resumes at the next start.
     pub(super) fn cancel_job(&mut self, name: &str) -> Result<StatementResult> {
-        let data_dir = self.data_dir()?;
-        let job = self
-            .jobs
-            .get_mut(name)
-            .filter(|j| j.handle.is_some())
-            .ok_or_else(|| invalid!("no running job named {name} (SHOW JOBS lists them)"))?;
-        if let Some(h) = &job.handle {
-            h.stop();
+        if !self.job_manager()?.stop(name)? {
+            return Err(invalid!(
+                "no running job named {name} (SHOW JOBS lists them)"
+            ));
         }
-        job.wait(&data_dir)?;
         Ok(StatementResult::Command("CANCEL JOB".into()))
     }
 
@@ -509,14 +489,9 @@ impl Session {
             JobKind::Sink => ("sink", "DROP SINK"),
             JobKind::View => ("materialized view", "DROP MATERIALIZED VIEW"),
         };
-        let data_dir = self.data_dir()?;
-        let dir = job_dir(&data_dir, name);
-        if let Some(mut job) = self.jobs.remove(name) {
-            if let Some(h) = &job.handle {
-                h.stop();
-            }
-            job.wait(&data_dir)?;
-        } else if !dir.exists() {
+        let jobs = self.job_manager()?;
+        let dir = job_dir(jobs.data_dir(), name);
+        if !jobs.remove(name)? && !dir.exists() {
             if if_exists {
                 return Ok(StatementResult::Command(tag.into()));
             }
@@ -532,105 +507,30 @@ impl Session {
     }
 
     pub(super) fn show_jobs(&mut self) -> StatementResult {
-        if let Some(data_dir) = self.config.data_dir.clone() {
-            for job in self.jobs.values_mut() {
-                let _ = job.reap(&data_dir);
-            }
-        }
-        let mut rows: Vec<Vec<String>> = self
-            .jobs
-            .values()
-            .map(|j| {
-                let m = j.metrics().unwrap_or_default();
-                let state = if j.handle.is_some() {
-                    JobState::Running.as_str()
-                } else {
-                    j.record.state.as_str()
-                };
-                vec![
-                    j.record.name.clone(),
-                    state.to_string(),
-                    j.checkpoint_epoch().to_string(),
-                    if m.watermark == i64::MIN {
-                        String::new()
-                    } else {
-                        format_timestamp(m.watermark)
-                    },
-                    m.rows_in.to_string(),
-                    m.rows_out.to_string(),
-                    m.late_rows.to_string(),
-                    j.record.error.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
-        // Jobs of the data directory this process does not run (finished, or failed to
-        // resume): their recorded state and newest checkpoint; their counters are gone.
-        if let Some(data_dir) = self.config.data_dir.clone() {
-            if let Ok((records, _)) = JobRecord::load_all(&data_dir) {
-                for r in records
-                    .into_iter()
-                    .filter(|r| !self.jobs.contains_key(&r.name))
-                {
-                    let epoch = weir_engine::checkpoint::JobDir::new(job_dir(&data_dir, &r.name))
-                        .latest_manifest()
-                        .ok()
-                        .and_then(|(m, _)| m)
-                        .map_or(0, |m| m.epoch);
-                    rows.push(vec![
-                        r.name.clone(),
-                        r.state.as_str().to_string(),
-                        epoch.to_string(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        r.error.clone().unwrap_or_default(),
-                    ]);
-                }
-            }
-        }
-        rows.sort_by(|a, b| a[0].cmp(&b[0]));
-        text_rows(
-            &[
-                "name",
-                "state",
-                "checkpoint",
-                "watermark",
-                "rows_in",
-                "rows_out",
-                "late_rows",
-                "error",
-            ],
-            rows,
-        )
+        let rows = self.jobs.as_mut().map(JobManager::rows).unwrap_or_default();
+        text_rows(&SHOW_JOBS_COLUMNS, rows)
     }
 
     /// Checkpoint counters of a job of this session (as it ended, once it ended).
     pub fn job_checkpoints(&self, name: &str) -> Option<weir_engine::checkpoint::StatsSnapshot> {
-        let job = self.jobs.get(name)?;
-        match &job.handle {
-            Some(h) => h.checkpoints(),
-            None => job.last_checkpoints.clone(),
-        }
+        self.jobs.as_ref()?.checkpoints(name)
     }
 
     /// How often a job of this session was restarted after failures.
     pub fn job_restarts(&self, name: &str) -> Option<u32> {
-        let job = self.jobs.get(name)?;
-        Some(job.handle.as_ref().map_or(job.restarts, |h| h.restarts()))
+        self.jobs.as_ref()?.restarts(name)
     }
 
     /// Counters of a job of this session (as it ended, once it ended).
     pub fn job_metrics(&self, name: &str) -> Option<weir_engine::MetricsSnapshot> {
-        self.jobs.get(name)?.metrics()
+        self.jobs.as_ref()?.metrics(name)
     }
 
     /// Cancels a job without a checkpoint, as a crash would stop it; it resumes from its last
     /// checkpoint at the next start. For benchmarks and tests of recovery.
     pub fn abort_job(&mut self, name: &str) {
-        if let Some(handle) = self.jobs.get_mut(name).and_then(|j| j.handle.take()) {
-            handle.cancel();
-            let _ = handle.wait();
+        if let Some(jobs) = self.jobs.as_mut() {
+            jobs.abort(name);
         }
     }
 
@@ -641,50 +541,25 @@ impl Session {
 
     /// Whether any job of this session is still running.
     pub fn has_running_jobs(&self) -> bool {
-        self.jobs.values().any(|j| j.handle.is_some())
+        self.jobs.as_ref().is_some_and(JobManager::has_running)
     }
 
-    /// Waits until every job of this session ended. When `interrupted` turns true, stops
-    /// them all with a final checkpoint (they resume at the next start). Returns each job's
-    /// name, final state and error.
-    pub fn wait_for_jobs(
-        &mut self,
-        interrupted: &AtomicBool,
-    ) -> Result<Vec<(String, JobState, Option<String>)>> {
-        let data_dir = match self.config.data_dir.clone() {
-            Some(d) => d,
-            None => return Ok(Vec::new()),
-        };
-        let mut stopping = false;
-        while self.has_running_jobs() {
-            if !stopping && interrupted.load(Ordering::SeqCst) {
-                stopping = true;
-                self.jobs
-                    .values()
-                    .filter_map(|j| j.handle.as_ref())
-                    .for_each(|h| h.stop());
-            }
-            for job in self.jobs.values_mut() {
-                job.reap(&data_dir)?;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    /// Waits until every job of this session ended. A message on `interrupt` stops them all
+    /// with a final checkpoint (they resume at the next start). Returns each job's name,
+    /// final state and error.
+    pub fn wait_for_jobs(&mut self, interrupt: &Receiver<()>) -> Result<Vec<JobOutcome>> {
+        match self.jobs.as_mut() {
+            Some(jobs) => jobs.wait_all(interrupt),
+            None => Ok(Vec::new()),
         }
-        Ok(self
-            .jobs
-            .values()
-            .map(|j| {
-                (
-                    j.record.name.clone(),
-                    j.record.state,
-                    j.record.error.clone(),
-                )
-            })
-            .collect())
     }
 
     /// Stops every running job with a final checkpoint and waits for it.
     pub fn stop_jobs(&mut self) -> Result<()> {
-        self.wait_for_jobs(&AtomicBool::new(true)).map(|_| ())
+        match self.jobs.as_mut() {
+            Some(jobs) => jobs.stop_all(),
+            None => Ok(()),
+        }
     }
 }
 

@@ -1,0 +1,335 @@
+//! Durable jobs (sinks, materialized views) and their life: start, resume, supervise, wait,
+//! stop, SHOW JOBS. [`JobManager`] owns every job this process runs; a job's record on disk
+//! ([`JobRecord`]) says how to plan it again and how it ended. Starting weir on the data
+//! directory resumes every job whose state is not `finished`.
+//!
+//! Nothing here polls: each job's supervisor sends the job's name on one channel when the job
+//! ends for good, and waiting for jobs is a `select` over that channel and the caller's
+//! interrupt channel.
+
+mod record;
+
+pub use record::{job_dir, JobRecord, JobSettings, JobState};
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crossbeam_channel::{never, select, Receiver, Sender};
+use weir_engine::checkpoint::{CheckpointConfig, JobDir, StatsSnapshot};
+use weir_engine::runtime::{spawn_supervised, RestartPolicy, SupervisedJob};
+use weir_engine::{JobConfig, JobGraph, MetricsSnapshot};
+
+use crate::display::format_timestamp;
+use crate::error::Result;
+
+/// A job this process runs (or ran).
+struct ManagedJob {
+    record: JobRecord,
+    /// The running job (its supervisor restarts it after failures that may pass).
+    handle: Option<SupervisedJob>,
+    /// Counters when the job ended.
+    last_metrics: Option<MetricsSnapshot>,
+    /// Checkpoint counters when the job ended.
+    last_checkpoints: Option<StatsSnapshot>,
+    last_epoch: u64,
+    /// Restarts after failures, as the job ended.
+    restarts: u32,
+}
+
+impl ManagedJob {
+    /// Waits for the job's end (blocking), and records its final state.
+    fn finish(&mut self, data_dir: &Path) -> Result<()> {
+        let Some(handle) = self.handle.take() else {
+            return Ok(());
+        };
+        self.last_epoch = handle
+            .checkpoints()
+            .map_or(self.last_epoch, |c| c.last_epoch);
+        self.last_metrics = Some(handle.metrics());
+        self.last_checkpoints = handle.checkpoints();
+        self.restarts = handle.restarts();
+        let (state, error) = match handle.wait() {
+            // Whether it ran to its end or stopped at a checkpoint, the newest manifest says.
+            Ok(_) => {
+                let dir = JobDir::new(job_dir(data_dir, &self.record.name));
+                match dir.latest_manifest() {
+                    Ok((Some(m), _)) if m.finished => (JobState::Finished, None),
+                    _ => (JobState::Stopped, None),
+                }
+            }
+            Err(weir_engine::EngineError::Cancelled) => (JobState::Stopped, None),
+            Err(e) => (JobState::Failed, Some(e.to_string())),
+        };
+        self.record.state = state;
+        self.record.error = error;
+        if state == JobState::Finished {
+            // Nothing will resume: the working stores are garbage.
+            let _ = std::fs::remove_dir_all(job_dir(data_dir, &self.record.name).join("state"));
+        }
+        self.record.save(data_dir)
+    }
+
+    fn stop(&self) {
+        if let Some(h) = &self.handle {
+            h.stop();
+        }
+    }
+
+    /// The job's counters: live while it runs, else as it ended.
+    fn metrics(&self) -> Option<MetricsSnapshot> {
+        self.handle
+            .as_ref()
+            .map(|h| h.metrics())
+            .or(self.last_metrics)
+    }
+
+    /// Epoch of its newest complete checkpoint.
+    fn checkpoint_epoch(&self) -> u64 {
+        self.handle
+            .as_ref()
+            .and_then(|h| h.checkpoints())
+            .map_or(self.last_epoch, |c| c.last_epoch.max(self.last_epoch))
+    }
+
+    /// Its SHOW JOBS row.
+    fn row(&self) -> Vec<String> {
+        let m = self.metrics().unwrap_or_default();
+        let state = if self.handle.is_some() {
+            JobState::Running
+        } else {
+            self.record.state
+        };
+        vec![
+            self.record.name.clone(),
+            state.as_str().to_string(),
+            self.checkpoint_epoch().to_string(),
+            if m.watermark == i64::MIN {
+                String::new()
+            } else {
+                format_timestamp(m.watermark)
+            },
+            m.rows_in.to_string(),
+            m.rows_out.to_string(),
+            m.late_rows.to_string(),
+            self.record.error.clone().unwrap_or_default(),
+        ]
+    }
+}
+
+/// Every durable job of this process, by name.
+pub struct JobManager {
+    data_dir: PathBuf,
+    jobs: BTreeMap<String, ManagedJob>,
+    ended_tx: Sender<String>,
+    ended_rx: Receiver<String>,
+}
+
+/// How a job ended, for reports: name, final state, error.
+pub type JobOutcome = (String, JobState, Option<String>);
+
+/// The columns of SHOW JOBS.
+pub const SHOW_JOBS_COLUMNS: [&str; 8] = [
+    "name",
+    "state",
+    "checkpoint",
+    "watermark",
+    "rows_in",
+    "rows_out",
+    "late_rows",
+    "error",
+];
+
+impl JobManager {
+    pub fn new(data_dir: PathBuf) -> Self {
+        let (ended_tx, ended_rx) = crossbeam_channel::unbounded();
+        Self {
+            data_dir,
+            jobs: BTreeMap::new(),
+            ended_tx,
+            ended_rx,
+        }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Whether this process knows a job of that name (running or ended).
+    pub fn contains(&self, name: &str) -> bool {
+        self.jobs.contains_key(name)
+    }
+
+    /// Starts (or resumes) a job under its restart policy. Returns what the restore noted.
+    pub fn start(&mut self, record: JobRecord, graph: JobGraph) -> Result<Vec<String>> {
+        let config = JobConfig {
+            align_barriers: record.settings.exactly_once,
+            memory_budget: record.settings.memory_budget,
+            checkpoint: Some(CheckpointConfig {
+                dir: job_dir(&self.data_dir, &record.name),
+                interval: record.settings.checkpoint_interval,
+                retain: record.settings.checkpoints_retained,
+            }),
+            ..JobConfig::default()
+        };
+        let handle = spawn_supervised(
+            graph,
+            config,
+            RestartPolicy::default(),
+            Some(self.ended_tx.clone()),
+        )?;
+        let notes = handle.notes().to_vec();
+        let last_epoch = handle.restored_epoch().unwrap_or(0);
+        self.jobs.insert(
+            record.name.clone(),
+            ManagedJob {
+                record,
+                handle: Some(handle),
+                last_metrics: None,
+                last_checkpoints: None,
+                restarts: 0,
+                last_epoch,
+            },
+        );
+        Ok(notes)
+    }
+
+    /// Records the end of every job whose supervisor said it ended.
+    fn collect_ended(&mut self) -> Result<()> {
+        while let Ok(name) = self.ended_rx.try_recv() {
+            self.finished(&name)?;
+        }
+        Ok(())
+    }
+
+    fn finished(&mut self, name: &str) -> Result<()> {
+        match self.jobs.get_mut(name) {
+            Some(job) => job.finish(&self.data_dir),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a job of that name runs now.
+    pub fn is_running(&self, name: &str) -> bool {
+        self.jobs.get(name).is_some_and(|j| j.handle.is_some())
+    }
+
+    /// Stops a running job with a final checkpoint and waits for it; `false` if no job of
+    /// that name runs.
+    pub fn stop(&mut self, name: &str) -> Result<bool> {
+        let Some(job) = self.jobs.get_mut(name).filter(|j| j.handle.is_some()) else {
+            return Ok(false);
+        };
+        job.stop();
+        job.finish(&self.data_dir)?;
+        Ok(true)
+    }
+
+    /// Stops the job (if it runs) and forgets it; `false` if this process did not know it.
+    pub fn remove(&mut self, name: &str) -> Result<bool> {
+        let Some(mut job) = self.jobs.remove(name) else {
+            return Ok(false);
+        };
+        job.stop();
+        job.finish(&self.data_dir)?;
+        Ok(true)
+    }
+
+    /// Cancels a job without a checkpoint, as a crash would stop it; it resumes from its last
+    /// checkpoint at the next start. For benchmarks and tests of recovery.
+    pub fn abort(&mut self, name: &str) {
+        if let Some(handle) = self.jobs.get_mut(name).and_then(|j| j.handle.take()) {
+            handle.cancel();
+            let _ = handle.wait();
+        }
+    }
+
+    pub fn has_running(&self) -> bool {
+        self.jobs.values().any(|j| j.handle.is_some())
+    }
+
+    /// SHOW JOBS rows: this process's jobs live, then the jobs of the data directory it does
+    /// not run (finished, or failed to resume) with their recorded state and newest
+    /// checkpoint; their counters are gone.
+    pub fn rows(&mut self) -> Vec<Vec<String>> {
+        let _ = self.collect_ended();
+        let mut rows: Vec<Vec<String>> = self.jobs.values().map(ManagedJob::row).collect();
+        if let Ok((records, _)) = JobRecord::load_all(&self.data_dir) {
+            for r in records
+                .into_iter()
+                .filter(|r| !self.jobs.contains_key(&r.name))
+            {
+                let epoch = JobDir::new(job_dir(&self.data_dir, &r.name))
+                    .latest_manifest()
+                    .ok()
+                    .and_then(|(m, _)| m)
+                    .map_or(0, |m| m.epoch);
+                let mut row = vec![String::new(); SHOW_JOBS_COLUMNS.len()];
+                row[0] = r.name.clone();
+                row[1] = r.state.as_str().to_string();
+                row[2] = epoch.to_string();
+                row[7] = r.error.clone().unwrap_or_default();
+                rows.push(row);
+            }
+        }
+        rows.sort_by(|a, b| a[0].cmp(&b[0]));
+        rows
+    }
+
+    /// Waits until every job ended. A message on `interrupt` stops them all with a final
+    /// checkpoint (they resume at the next start). Returns how each job ended.
+    pub fn wait_all(&mut self, interrupt: &Receiver<()>) -> Result<Vec<JobOutcome>> {
+        let mut interrupt = interrupt.clone();
+        self.collect_ended()?;
+        while self.has_running() {
+            select! {
+                recv(self.ended_rx) -> name => {
+                    if let Ok(name) = name {
+                        self.finished(&name)?;
+                    }
+                }
+                recv(interrupt) -> _ => {
+                    self.jobs.values().for_each(ManagedJob::stop);
+                    // Asked once is enough (and a closed channel would answer at once).
+                    interrupt = never();
+                }
+            }
+        }
+        Ok(self
+            .jobs
+            .values()
+            .map(|j| {
+                (
+                    j.record.name.clone(),
+                    j.record.state,
+                    j.record.error.clone(),
+                )
+            })
+            .collect())
+    }
+
+    /// Stops every running job with a final checkpoint and waits for it.
+    pub fn stop_all(&mut self) -> Result<()> {
+        self.jobs.values().for_each(ManagedJob::stop);
+        self.wait_all(&never()).map(|_| ())
+    }
+
+    /// Checkpoint counters of a job (as it ended, once it ended).
+    pub fn checkpoints(&self, name: &str) -> Option<StatsSnapshot> {
+        let job = self.jobs.get(name)?;
+        match &job.handle {
+            Some(h) => h.checkpoints(),
+            None => job.last_checkpoints.clone(),
+        }
+    }
+
+    /// How often a job was restarted after failures.
+    pub fn restarts(&self, name: &str) -> Option<u32> {
+        let job = self.jobs.get(name)?;
+        Some(job.handle.as_ref().map_or(job.restarts, |h| h.restarts()))
+    }
+
+    /// Counters of a job (as it ended, once it ended).
+    pub fn metrics(&self, name: &str) -> Option<MetricsSnapshot> {
+        self.jobs.get(name)?.metrics()
+    }
+}

@@ -1,0 +1,194 @@
+//! A job's record: `DATA_DIR/jobs/<name>/job.json` holds everything needed to plan the job
+//! again (the DDL of the tables it reads, its statement, the settings it was created with, the
+//! directory relative paths were resolved against) and its state. Its checkpoints live beside
+//! the record.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use weir_engine::atomic_file::atomic_write;
+
+use crate::error::{PlanError, Result};
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Running,
+    /// Stopped with a final checkpoint (Ctrl-C, CANCEL JOB); resumed at the next start.
+    Stopped,
+    /// Ran to its end; every result committed.
+    Finished,
+    /// Failed; resumed at the next start from its last checkpoint.
+    Failed,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Stopped => "stopped",
+            JobState::Finished => "finished",
+            JobState::Failed => "failed",
+        }
+    }
+}
+
+/// Settings a job keeps for its whole life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSettings {
+    pub parallelism: usize,
+    #[serde(rename = "checkpoint_interval_ms", with = "millis")]
+    pub checkpoint_interval: Duration,
+    #[serde(rename = "delivery", with = "delivery")]
+    pub exactly_once: bool,
+    pub checkpoints_retained: usize,
+    #[serde(default = "default_memory_budget")]
+    pub memory_budget: usize,
+}
+
+fn default_memory_budget() -> usize {
+    weir_engine::runtime::DEFAULT_MEMORY_BUDGET
+}
+
+/// A duration as whole milliseconds.
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+/// Exactly-once as `"exactly_once"`, at-least-once as `"at_least_once"`.
+mod delivery {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(exactly_once: &bool, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if *exactly_once {
+            "exactly_once"
+        } else {
+            "at_least_once"
+        })
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "exactly_once" => Ok(true),
+            "at_least_once" => Ok(false),
+            other => Err(serde::de::Error::custom(format!(
+                "unknown delivery '{other}'"
+            ))),
+        }
+    }
+}
+
+/// What is stored about a job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub name: String,
+    /// The CREATE SINK statement.
+    pub statement: String,
+    /// DDL of every table in the catalog when the job was created.
+    pub tables: Vec<String>,
+    pub settings: JobSettings,
+    /// Relative paths in the statements are resolved against this directory.
+    pub base_dir: PathBuf,
+    pub state: JobState,
+    pub error: Option<String>,
+}
+
+/// A directory of a job under the data directory.
+pub fn job_dir(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir.join("jobs").join(name)
+}
+
+fn io(what: &str, path: &Path, e: std::io::Error) -> PlanError {
+    PlanError::io(format!("cannot {what} '{}'", path.display()), e)
+}
+
+impl JobRecord {
+    /// Writes the record atomically ([`atomic_write`]).
+    pub fn save(&self, data_dir: &Path) -> Result<()> {
+        let dir = job_dir(data_dir, &self.name);
+        std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
+        let path = dir.join("job.json");
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| PlanError::Internal(e.to_string()))?;
+        atomic_write(&path, text.as_bytes()).map_err(|e| io("write", &path, e))
+    }
+
+    /// Every job recorded under the data directory, by name; unreadable records are reported.
+    pub fn load_all(data_dir: &Path) -> Result<(Vec<JobRecord>, Vec<String>)> {
+        let dir = data_dir.join("jobs");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok((Vec::new(), Vec::new()))
+            }
+            Err(e) => return Err(io("list", &dir, e)),
+        };
+        let mut jobs = Vec::new();
+        let mut problems = Vec::new();
+        for entry in entries.filter_map(|e| e.ok()) {
+            let path = entry.path().join("job.json");
+            let parsed = std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| serde_json::from_str::<JobRecord>(&t).map_err(|e| e.to_string()));
+            match parsed {
+                Ok(r) => jobs.push(r),
+                Err(e) => problems.push(format!("'{}' is unreadable: {e}", path.display())),
+            }
+        }
+        jobs.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok((jobs, problems))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_and_keeps_the_earlier_file_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = JobRecord {
+            name: "s".into(),
+            statement: "CREATE SINK s WITH (connector = 'blackhole') AS SELECT 1".into(),
+            tables: vec!["CREATE TABLE t (a INT) WITH (connector = 'file')".into()],
+            settings: JobSettings {
+                parallelism: 3,
+                checkpoint_interval: Duration::from_millis(250),
+                exactly_once: false,
+                checkpoints_retained: 2,
+                memory_budget: 1 << 20,
+            },
+            base_dir: PathBuf::from("/work"),
+            state: JobState::Stopped,
+            error: None,
+        };
+        record.save(dir.path()).unwrap();
+        let (loaded, problems) = JobRecord::load_all(dir.path()).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded[0].settings, record.settings);
+        assert_eq!(loaded[0].state, JobState::Stopped);
+        assert_eq!(loaded[0].statement, record.statement);
+        let text = std::fs::read_to_string(dir.path().join("jobs/s/job.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["settings"]["checkpoint_interval_ms"], 250);
+        assert_eq!(v["settings"]["delivery"], "at_least_once");
+        assert_eq!(v["state"], "stopped");
+        // A record without memory_budget (written before it existed) gets the default.
+        let old = text.replace("\"memory_budget\": 1048576", "\"x\": 0");
+        std::fs::write(dir.path().join("jobs/s/job.json"), old).unwrap();
+        let (loaded, _) = JobRecord::load_all(dir.path()).unwrap();
+        assert_eq!(loaded[0].settings.memory_budget, default_memory_budget());
+    }
+}
