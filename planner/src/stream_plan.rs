@@ -28,7 +28,7 @@ use datafusion::physical_expr::{create_physical_expr, create_physical_sort_exprs
 use weir_engine::event_time::WindowAssignment;
 use weir_engine::operators::{
     CalcOperator, EmitOrderSpec, GroupColumn, LimitSpec, SortSpec, WindowAggregateSpec,
-    WindowColumn,
+    WindowBound, WindowColumn, WindowEdge,
 };
 use weir_engine::{
     EventTimeSpec, JobGraph, OperatorFactory, Partitioning, SourceStage, Stage, StageInput,
@@ -41,18 +41,12 @@ use crate::{invalid, not_supported};
 
 mod join;
 
-/// What a column of a stream is, as far as windows go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WindowLineage {
-    Start(i64),
-    End(i64),
-}
-
 /// A planned stream: the stage that produces it, its schema and where its window columns are.
 struct Stream {
     stage: usize,
     schema: DFSchemaRef,
-    windows: Vec<Option<WindowLineage>>,
+    /// For each column, the bound of the rows' window it holds, if any.
+    windows: Vec<Option<WindowBound>>,
     bounded: bool,
     /// Rows come from an aggregation, in hash-table and thread-timing order.
     unordered: bool,
@@ -212,24 +206,13 @@ impl<'a> StreamPlanner<'a> {
     /// results are sorted per watermark, so output does not depend on parallelism or timing.
     fn ordered(&mut self, stream: Stream) -> Stream {
         if stream.unordered {
-            let window = stream
-                .windows
-                .iter()
-                .enumerate()
-                .find_map(|(i, w)| match w {
-                    Some(WindowLineage::End(_)) => Some((i, 0)),
-                    _ => None,
+            let column = |edge: WindowEdge| {
+                stream.windows.iter().enumerate().find_map(|(i, w)| {
+                    w.filter(|b| b.edge == edge)
+                        .map(|b| WindowColumn::new(i, b))
                 })
-                .or_else(|| {
-                    stream
-                        .windows
-                        .iter()
-                        .enumerate()
-                        .find_map(|(i, w)| match w {
-                            Some(WindowLineage::Start(size)) => Some((i, *size)),
-                            _ => None,
-                        })
-                });
+            };
+            let window = column(WindowEdge::End).or_else(|| column(WindowEdge::Start));
             let spec = EmitOrderSpec {
                 schema: arrow_schema(&stream.schema),
                 window,
@@ -504,8 +487,8 @@ impl<'a> StreamPlanner<'a> {
         let assignment = match &window {
             Some(w) => {
                 text.push(format!("WindowAssign: {}", w.text));
-                windows.push(Some(WindowLineage::Start(w.spec.size())));
-                windows.push(Some(WindowLineage::End(w.spec.size())));
+                windows.push(Some(WindowBound::start(w.spec.size())));
+                windows.push(Some(WindowBound::end(w.spec.size())));
                 // Columns no scan reads are not copied into each window of a row.
                 let unused: Vec<usize> = match self.read.get(&source_key(source)) {
                     Some(Some(read)) => (0..def.schema.fields().len())
@@ -595,17 +578,17 @@ impl<'a> StreamPlanner<'a> {
                 _ => None,
             };
             match lineage {
-                Some((column, WindowLineage::Start(size))) => {
+                Some((column, bound)) if bound.edge == WindowEdge::Start => {
                     group_columns.push(GroupColumn::WindowStart);
                     if window.is_none() {
-                        window = Some(WindowColumn::Start { column, size });
+                        window = Some(WindowColumn::new(column, bound));
                     }
-                    out_windows.push(Some(WindowLineage::Start(size)));
+                    out_windows.push(Some(bound));
                 }
-                Some((column, WindowLineage::End(size))) => {
+                Some((column, bound)) => {
                     group_columns.push(GroupColumn::WindowEnd);
-                    window = Some(WindowColumn::End { column, size });
-                    out_windows.push(Some(WindowLineage::End(size)));
+                    window = Some(WindowColumn::new(column, bound));
+                    out_windows.push(Some(bound));
                 }
                 None => {
                     group_columns.push(GroupColumn::Key(keys.len()));
@@ -634,7 +617,7 @@ impl<'a> StreamPlanner<'a> {
         }
         out_windows.extend(std::iter::repeat_n(None, agg.aggr_expr.len()));
         let window_text = match window {
-            Some(WindowColumn::Start { .. } | WindowColumn::End { .. }) => "per window",
+            Some(_) => "per window",
             None => "over the whole input",
         };
         let description = format!(
@@ -655,10 +638,10 @@ impl<'a> StreamPlanner<'a> {
         // Route by the non-window keys; with none, by the window, so windows spread over instances.
         let route: Vec<Arc<dyn PhysicalExpr>> = match (keys.is_empty(), window) {
             (false, _) => keys,
-            (true, Some(WindowColumn::Start { column, .. } | WindowColumn::End { column, .. })) => {
+            (true, Some(WindowColumn { index, .. })) => {
                 vec![Arc::new(PhysicalColumn::new(
-                    input_arrow.field(column).name(),
-                    column,
+                    input_arrow.field(index).name(),
+                    index,
                 ))]
             }
             (true, None) => vec![],

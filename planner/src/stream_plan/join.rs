@@ -6,10 +6,12 @@ use std::sync::Arc;
 use datafusion::common::DFSchemaRef;
 use datafusion::logical_expr::{Expr, ExprSchemable};
 use datafusion::physical_expr::PhysicalExpr;
-use weir_engine::operators::{JoinKind, JoinSide, WindowJoinSpec};
+use weir_engine::operators::{
+    JoinKind, JoinSide, WindowBound, WindowColumn, WindowEdge, WindowJoinSpec,
+};
 use weir_engine::{Partitioning, Stage, StageInput};
 
-use super::{arrow_schema, Stream, StreamPlanner, WindowLineage};
+use super::{arrow_schema, Stream, StreamPlanner};
 use crate::error::Result;
 use crate::{invalid, not_supported};
 
@@ -55,23 +57,15 @@ impl StreamPlanner<'_> {
                 .and_then(|i| s.windows[i].map(|w| (i, w))),
             _ => None,
         };
-        let mut windows: Option<((usize, i64), (usize, i64))> = None;
+        let mut windows: Option<(WindowColumn, WindowColumn)> = None;
         let (mut lkeys, mut rkeys) = (Vec::new(), Vec::new());
         let mut key_text = Vec::new();
         for (l, r) in &join.on {
-            match (lineage(l, &left), lineage(r, &right)) {
-                (Some((li, WindowLineage::End(a))), Some((ri, WindowLineage::End(b))))
-                    if a == b =>
-                {
-                    windows = Some(((li, 0), (ri, 0)));
+            if let (Some((li, a)), Some((ri, b))) = (lineage(l, &left), lineage(r, &right)) {
+                // Windows of one size; a window_end pair wins over a window_start pair.
+                if a == b && (a.edge == WindowEdge::End || windows.is_none()) {
+                    windows = Some((WindowColumn::new(li, a), WindowColumn::new(ri, b)));
                 }
-                // A window_end pair wins over a window_start pair (no shift needed).
-                (Some((li, WindowLineage::Start(a))), Some((ri, WindowLineage::Start(b))))
-                    if a == b && windows.is_none() =>
-                {
-                    windows = Some(((li, a), (ri, a)));
-                }
-                _ => {}
             }
             let lt = l.get_type(&left.schema)?;
             let rt = r.get_type(&right.schema)?;
@@ -101,12 +95,12 @@ impl StreamPlanner<'_> {
             Some(f) => Some(self.physical(f, &merged)?),
             None => None,
         };
-        let joined_schema = if kind_pairs(kind) {
+        let joined_schema = if kind.pairs() {
             arrow_schema(&join.schema)
         } else {
             arrow_schema(&merged)
         };
-        let out_windows: Vec<Option<WindowLineage>> = {
+        let out_windows: Vec<Option<WindowBound>> = {
             let none = |s: &Stream| vec![None; s.windows.len()];
             match kind {
                 JoinKind::Inner => [left.windows.clone(), right.windows.clone()].concat(),
@@ -187,11 +181,4 @@ impl StreamPlanner<'_> {
             unordered: true,
         })
     }
-}
-
-fn kind_pairs(kind: JoinKind) -> bool {
-    matches!(
-        kind,
-        JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full
-    )
 }
