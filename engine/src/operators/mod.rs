@@ -10,6 +10,11 @@ pub mod window_aggregate;
 pub mod window_join;
 pub mod windowed;
 
+#[cfg(test)]
+pub(crate) mod harness;
+#[cfg(test)]
+mod tests;
+
 pub use calc::CalcOperator;
 pub use emit_order::EmitOrderSpec;
 pub use limit::LimitSpec;

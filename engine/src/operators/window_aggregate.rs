@@ -126,6 +126,8 @@ struct WindowGroups {
     /// `None` when there are no keys besides the window: every row is group 0.
     groups: Option<Box<dyn GroupValues>>,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
+    /// No row reached the accumulators yet.
+    accumulators_unused: bool,
 }
 
 impl WindowContents for WindowGroups {
@@ -162,6 +164,7 @@ impl WindowGroups {
         Ok(Self {
             groups,
             accumulators,
+            accumulators_unused: true,
         })
     }
 
@@ -184,6 +187,7 @@ impl WindowGroups {
     /// Accumulates evaluated input rows.
     fn update(&mut self, input: &Evaluated, group_ids: &mut Vec<usize>) -> Result<()> {
         self.intern(&input.keys, input.rows, group_ids)?;
+        self.accumulators_unused = false;
         let total = self.num_groups();
         for (i, acc) in self.accumulators.iter_mut().enumerate() {
             let filter: Option<&BooleanArray> =
@@ -328,6 +332,13 @@ impl WindowAggregateOperator {
             Some(w) => w,
             None => WindowGroups::new(&self.spec, &self.key_schema)?,
         };
+        if self.spec.keys.is_empty() && window.accumulators_unused && taken.parts.is_empty() {
+            // A global aggregate over no input: its one group over no rows, as in batch SQL
+            // (accumulators that never saw a batch know no group).
+            let none = RecordBatch::new_empty(Arc::clone(&self.spec.input_schema));
+            let none = self.evaluate(&none)?;
+            window.update(&none, &mut self.group_ids)?;
+        }
         for part in &taken.parts {
             window.merge(
                 part,
