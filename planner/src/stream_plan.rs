@@ -21,38 +21,30 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::DFSchemaRef;
 use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan, SortExpr};
-use datafusion::physical_expr::aggregate::LoweredAggregateBuilder;
-use datafusion::physical_expr::expressions::Column as PhysicalColumn;
+use datafusion::logical_expr::{Expr, LogicalPlan, SortExpr};
 use datafusion::physical_expr::{create_physical_expr, create_physical_sort_exprs, PhysicalExpr};
-use weir_engine::event_time::WindowAssignment;
 use weir_engine::operators::{
-    CalcOperator, EmitOrderSpec, GroupColumn, LimitSpec, SortSpec, WindowAggregateSpec,
-    WindowColumn,
+    CalcOperator, EmitOrderSpec, LimitSpec, SortSpec, WindowBound, WindowColumn, WindowEdge,
 };
-use weir_engine::{
-    EventTimeSpec, JobGraph, OperatorFactory, Partitioning, SourceStage, Stage, StageInput,
-};
+use weir_engine::{JobGraph, OperatorFactory, Partitioning, Stage, StageInput};
 
 use crate::catalog::Catalog;
-use crate::context::{ScanKind, StreamTableSource};
+use crate::context::StreamTableSource;
 use crate::error::{PlanError, Result};
-use crate::{invalid, not_supported};
+use crate::not_supported;
 
+mod aggregate;
 mod join;
+mod source;
 
-/// What a column of a stream is, as far as windows go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WindowLineage {
-    Start(i64),
-    End(i64),
-}
+use source::source_key;
 
 /// A planned stream: the stage that produces it, its schema and where its window columns are.
 struct Stream {
     stage: usize,
     schema: DFSchemaRef,
-    windows: Vec<Option<WindowLineage>>,
+    /// For each column, the bound of the rows' window it holds, if any.
+    windows: Vec<Option<WindowBound>>,
     bounded: bool,
     /// Rows come from an aggregation, in hash-table and thread-timing order.
     unordered: bool,
@@ -73,14 +65,6 @@ pub struct StreamPlanner<'a> {
     shared: HashMap<String, usize>,
     /// Columns some scan of each source reads (`None`: all of them).
     read: HashMap<String, Option<std::collections::BTreeSet<usize>>>,
-}
-
-/// What makes two scans read the same stream: the table and its window function.
-fn source_key(source: &StreamTableSource) -> String {
-    match &source.kind {
-        ScanKind::Table(t) => t.clone(),
-        ScanKind::Window(w) => format!("{}|{}|{:?}", w.table, w.time_column, w.spec),
-    }
 }
 
 fn arrow_schema(schema: &DFSchemaRef) -> SchemaRef {
@@ -212,24 +196,13 @@ impl<'a> StreamPlanner<'a> {
     /// results are sorted per watermark, so output does not depend on parallelism or timing.
     fn ordered(&mut self, stream: Stream) -> Stream {
         if stream.unordered {
-            let window = stream
-                .windows
-                .iter()
-                .enumerate()
-                .find_map(|(i, w)| match w {
-                    Some(WindowLineage::End(_)) => Some((i, 0)),
-                    _ => None,
+            let column = |edge: WindowEdge| {
+                stream.windows.iter().enumerate().find_map(|(i, w)| {
+                    w.filter(|b| b.edge == edge)
+                        .map(|b| WindowColumn::new(i, b))
                 })
-                .or_else(|| {
-                    stream
-                        .windows
-                        .iter()
-                        .enumerate()
-                        .find_map(|(i, w)| match w {
-                            Some(WindowLineage::Start(size)) => Some((i, *size)),
-                            _ => None,
-                        })
-                });
+            };
+            let window = column(WindowEdge::End).or_else(|| column(WindowEdge::Start));
             let spec = EmitOrderSpec {
                 schema: arrow_schema(&stream.schema),
                 window,
@@ -244,100 +217,8 @@ impl<'a> StreamPlanner<'a> {
 
     fn plan(&mut self, plan: &LogicalPlan) -> Result<Stream> {
         match plan {
-            LogicalPlan::TableScan(scan) => {
-                let source = scan
-                    .source
-                    .as_ref()
-                    .downcast_ref::<StreamTableSource>()
-                    .ok_or_else(|| {
-                        PlanError::Internal(format!("scan of unknown table {}", scan.table_name))
-                    })?;
-                if !scan.filters.is_empty() {
-                    return Err(PlanError::Internal(
-                        "filter pushed into a stream scan".into(),
-                    ));
-                }
-                let stream = self.plan_source(source)?;
-                let full =
-                    DFSchemaRef::new(datafusion::common::DFSchema::try_from_qualified_schema(
-                        scan.table_name.clone(),
-                        &source.schema,
-                    )?);
-                let stream = Stream {
-                    schema: full,
-                    ..stream
-                };
-                let stream = match &scan.projection {
-                    Some(cols)
-                        if cols.len() != source.schema.fields().len()
-                            || cols.iter().enumerate().any(|(i, &c)| i != c) =>
-                    {
-                        let exprs: Vec<Arc<dyn PhysicalExpr>> = cols
-                            .iter()
-                            .map(|&i| {
-                                Arc::new(PhysicalColumn::new(source.schema.field(i).name(), i))
-                                    as Arc<dyn PhysicalExpr>
-                            })
-                            .collect();
-                        let names: Vec<&str> = cols
-                            .iter()
-                            .map(|&i| source.schema.field(i).name().as_str())
-                            .collect();
-                        let calc = CalcOperator::new(
-                            None,
-                            Some(exprs),
-                            arrow_schema(&scan.projected_schema),
-                            format!("Project: {}", names.join(", ")),
-                        );
-                        self.push(&stream, Arc::new(calc));
-                        Stream {
-                            windows: cols.iter().map(|&i| stream.windows[i]).collect(),
-                            schema: scan.projected_schema.clone(),
-                            ..stream
-                        }
-                    }
-                    _ => Stream {
-                        schema: scan.projected_schema.clone(),
-                        ..stream
-                    },
-                };
-                match scan.fetch {
-                    Some(fetch) => self.limit(stream, 0, Some(fetch)),
-                    None => Ok(stream),
-                }
-            }
-            LogicalPlan::Projection(p) => {
-                let input = self.plan(&p.input)?;
-                let exprs = p
-                    .expr
-                    .iter()
-                    .map(|e| self.physical(e, &input.schema))
-                    .collect::<Result<Vec<_>>>()?;
-                let windows = p
-                    .expr
-                    .iter()
-                    .map(|e| match e.clone().unalias() {
-                        Expr::Column(c) => input
-                            .schema
-                            .index_of_column(&c)
-                            .ok()
-                            .and_then(|i| input.windows[i]),
-                        _ => None,
-                    })
-                    .collect();
-                let calc = CalcOperator::new(
-                    None,
-                    Some(exprs),
-                    arrow_schema(&p.schema),
-                    format!("Project: {}", exprs_text(&p.expr)),
-                );
-                self.push(&input, Arc::new(calc));
-                Ok(Stream {
-                    schema: p.schema.clone(),
-                    windows,
-                    ..input
-                })
-            }
+            LogicalPlan::TableScan(scan) => self.plan_scan(scan),
+            LogicalPlan::Projection(p) => self.plan_projection(p),
             LogicalPlan::Filter(f) => {
                 let input = self.plan(&f.input)?;
                 let predicate = self.physical(&f.predicate, &input.schema)?;
@@ -358,37 +239,7 @@ impl<'a> StreamPlanner<'a> {
                 })
             }
             LogicalPlan::Aggregate(agg) => self.plan_aggregate(agg),
-            LogicalPlan::Sort(sort) => {
-                let input = self.plan(&sort.input)?;
-                if !input.bounded {
-                    return Err(not_supported!(
-                        "ORDER BY over an unbounded stream (rows are emitted as windows close, in window order)"
-                    ));
-                }
-                let input = self.single(input, "sort");
-                let order = self.sort_exprs(&sort.expr, &input.schema)?;
-                let spec = SortSpec {
-                    schema: arrow_schema(&input.schema),
-                    order,
-                    fetch: sort.fetch,
-                    description: format!(
-                        "Sort: {}{}",
-                        sort.expr
-                            .iter()
-                            .map(|e| e.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        sort.fetch
-                            .map(|f| format!(", fetch={f}"))
-                            .unwrap_or_default()
-                    ),
-                };
-                self.push(&input, Arc::new(spec));
-                Ok(Stream {
-                    unordered: false,
-                    ..input
-                })
-            }
+            LogicalPlan::Sort(sort) => self.plan_sort(sort),
             LogicalPlan::Limit(limit) => {
                 let input = self.plan(&limit.input)?;
                 let skip = match limit.get_skip_type()? {
@@ -414,6 +265,73 @@ impl<'a> StreamPlanner<'a> {
         }
     }
 
+    /// A projection: a `Project` step, window columns traced through plain column references.
+    fn plan_projection(&mut self, p: &datafusion::logical_expr::Projection) -> Result<Stream> {
+        let input = self.plan(&p.input)?;
+        let exprs = p
+            .expr
+            .iter()
+            .map(|e| self.physical(e, &input.schema))
+            .collect::<Result<Vec<_>>>()?;
+        let windows = p
+            .expr
+            .iter()
+            .map(|e| match e.clone().unalias() {
+                Expr::Column(c) => input
+                    .schema
+                    .index_of_column(&c)
+                    .ok()
+                    .and_then(|i| input.windows[i]),
+                _ => None,
+            })
+            .collect();
+        let calc = CalcOperator::new(
+            None,
+            Some(exprs),
+            arrow_schema(&p.schema),
+            format!("Project: {}", exprs_text(&p.expr)),
+        );
+        self.push(&input, Arc::new(calc));
+        Ok(Stream {
+            schema: p.schema.clone(),
+            windows,
+            ..input
+        })
+    }
+
+    /// ORDER BY over a bounded stream: one instance sorts everything at the end.
+    fn plan_sort(&mut self, sort: &datafusion::logical_expr::Sort) -> Result<Stream> {
+        let input = self.plan(&sort.input)?;
+        if !input.bounded {
+            return Err(not_supported!(
+                "ORDER BY over an unbounded stream (rows are emitted as windows close, in window order)"
+            ));
+        }
+        let input = self.single(input, "sort");
+        let order = self.sort_exprs(&sort.expr, &input.schema)?;
+        let spec = SortSpec {
+            schema: arrow_schema(&input.schema),
+            order,
+            fetch: sort.fetch,
+            description: format!(
+                "Sort: {}{}",
+                sort.expr
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                sort.fetch
+                    .map(|f| format!(", fetch={f}"))
+                    .unwrap_or_default()
+            ),
+        };
+        self.push(&input, Arc::new(spec));
+        Ok(Stream {
+            unordered: false,
+            ..input
+        })
+    }
+
     fn sort_exprs(
         &self,
         exprs: &[SortExpr],
@@ -434,313 +352,6 @@ impl<'a> StreamPlanner<'a> {
         self.push(&input, Arc::new(LimitSpec { skip, fetch }));
         Ok(input)
     }
-
-    /// The stream of one scan of `source`. A source read by several scans runs once: its
-    /// stage (reader, watermark, window assignment) feeds one stage per scan, in which the
-    /// scan's own projection and filters are chained.
-    fn plan_source(&mut self, source: &StreamTableSource) -> Result<Stream> {
-        let key = source_key(source);
-        if self.scans.get(&key).copied().unwrap_or(0) < 2 {
-            return self.plan_source_stage(source);
-        }
-        let stream = match self.shared.get(&key) {
-            Some(&stage) => {
-                let mut stream = self.plan_source_stage(source)?;
-                // Planned again only for its schema and lineage; the stage is dropped.
-                self.stages.pop();
-                stream.stage = stage;
-                stream
-            }
-            None => {
-                let stream = self.plan_source_stage(source)?;
-                self.shared.insert(key, stream.stage);
-                stream
-            }
-        };
-        let table = match &source.kind {
-            ScanKind::Table(t) => t.clone(),
-            ScanKind::Window(w) => w.table.clone(),
-        };
-        self.stages.push(Stage {
-            name: format!("scan {table}"),
-            parallelism: self.stages[stream.stage].parallelism,
-            source: None,
-            inputs: vec![StageInput {
-                from: stream.stage,
-                partitioning: Partitioning::Forward,
-            }],
-            chain: vec![],
-        });
-        Ok(Stream {
-            stage: self.stages.len() - 1,
-            ..stream
-        })
-    }
-
-    /// A new source stage reading `source`, with its event-time handling.
-    fn plan_source_stage(&mut self, source: &StreamTableSource) -> Result<Stream> {
-        let (table, window) = match &source.kind {
-            ScanKind::Table(t) => (t.clone(), None),
-            ScanKind::Window(w) => (w.table.clone(), Some(w.clone())),
-        };
-        let def = self
-            .catalog
-            .get(&table)
-            .ok_or_else(|| PlanError::UnknownTable(table.clone()))?;
-        let table_schema = DFSchemaRef::new(
-            datafusion::common::DFSchema::try_from_qualified_schema(table.as_str(), &def.schema)?,
-        );
-        let mut text = Vec::new();
-        let watermark = match &def.watermark {
-            Some(w) => {
-                text.push(format!("Watermark: {} AS {}", w.column, w.text));
-                let expr = fixed_interval_as_nanos(&w.expr, &table_schema)
-                    .unwrap_or_else(|| w.expr.clone());
-                Some(self.physical(&expr, &table_schema)?)
-            }
-            None => None,
-        };
-        let mut windows = vec![None; def.schema.fields().len()];
-        let assignment = match &window {
-            Some(w) => {
-                text.push(format!("WindowAssign: {}", w.text));
-                windows.push(Some(WindowLineage::Start(w.spec.size())));
-                windows.push(Some(WindowLineage::End(w.spec.size())));
-                // Columns no scan reads are not copied into each window of a row.
-                let unused: Vec<usize> = match self.read.get(&source_key(source)) {
-                    Some(Some(read)) => (0..def.schema.fields().len())
-                        .filter(|i| !read.contains(i))
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                let fields: Vec<datafusion::arrow::datatypes::Field> = source
-                    .schema
-                    .fields()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| {
-                        if unused.contains(&i) {
-                            datafusion::arrow::datatypes::Field::new(
-                                f.name(),
-                                datafusion::arrow::datatypes::DataType::Null,
-                                true,
-                            )
-                        } else {
-                            f.as_ref().clone()
-                        }
-                    })
-                    .collect();
-                Some(WindowAssignment {
-                    time_column: w.time_column,
-                    spec: w.spec,
-                    output_schema: Arc::new(Schema::new(fields)),
-                    unused,
-                })
-            }
-            None => None,
-        };
-        let bounded = def.source.is_bounded();
-        // A source whose splits can move between instances (Kafka partitions) runs at most at
-        // the job's parallelism; one with fixed partitions (files) runs one per partition.
-        let partitions = def.source.partitions()?;
-        let partitions = if def.source.splits_movable() {
-            partitions.clamp(1, self.parallelism)
-        } else {
-            partitions
-        };
-        self.stages.push(Stage {
-            name: format!("source {table}"),
-            parallelism: partitions,
-            source: Some(SourceStage {
-                factory: Arc::clone(&def.source),
-                event_time: EventTimeSpec {
-                    watermark,
-                    window: assignment,
-                },
-                event_time_text: text,
-            }),
-            inputs: vec![],
-            chain: vec![],
-        });
-        Ok(Stream {
-            stage: self.stages.len() - 1,
-            schema: table_schema,
-            windows,
-            bounded,
-            unordered: false,
-        })
-    }
-
-    fn plan_aggregate(&mut self, agg: &datafusion::logical_expr::Aggregate) -> Result<Stream> {
-        let input = self.plan(&agg.input)?;
-        if agg
-            .group_expr
-            .iter()
-            .any(|e| matches!(e, Expr::GroupingSet(_)))
-        {
-            return Err(not_supported!("GROUPING SETS, CUBE and ROLLUP"));
-        }
-        let input_arrow = arrow_schema(&input.schema);
-        let mut keys: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
-        let mut group_columns = Vec::new();
-        let mut window: Option<WindowColumn> = None;
-        let mut out_windows = Vec::new();
-        for e in &agg.group_expr {
-            let lineage = match e.clone().unalias() {
-                Expr::Column(c) => input
-                    .schema
-                    .index_of_column(&c)
-                    .ok()
-                    .and_then(|i| input.windows[i].map(|w| (i, w))),
-                _ => None,
-            };
-            match lineage {
-                Some((column, WindowLineage::Start(size))) => {
-                    group_columns.push(GroupColumn::WindowStart);
-                    if window.is_none() {
-                        window = Some(WindowColumn::Start { column, size });
-                    }
-                    out_windows.push(Some(WindowLineage::Start(size)));
-                }
-                Some((column, WindowLineage::End(size))) => {
-                    group_columns.push(GroupColumn::WindowEnd);
-                    window = Some(WindowColumn::End { column, size });
-                    out_windows.push(Some(WindowLineage::End(size)));
-                }
-                None => {
-                    group_columns.push(GroupColumn::Key(keys.len()));
-                    keys.push(self.physical(e, &input.schema)?);
-                    out_windows.push(None);
-                }
-            }
-        }
-        if window.is_none() && !input.bounded {
-            return Err(not_supported!(
-                "GROUP BY without window_start or window_end over an unbounded source; aggregate over TUMBLE(...) or HOP(...) windows"
-            ));
-        }
-        let planning = PhysicalPlanningContext::default();
-        let mut aggregates = Vec::new();
-        let mut filters = Vec::new();
-        for e in &agg.aggr_expr {
-            let lowered =
-                LoweredAggregateBuilder::new(e, &input.schema, &input_arrow, self.props, &planning)
-                    .build()?;
-            if !lowered.order_bys.is_empty() {
-                return Err(not_supported!("ORDER BY inside an aggregate ({e})"));
-            }
-            aggregates.push(lowered.aggregate);
-            filters.push(lowered.filter);
-        }
-        out_windows.extend(std::iter::repeat_n(None, agg.aggr_expr.len()));
-        let window_text = match window {
-            Some(WindowColumn::Start { .. } | WindowColumn::End { .. }) => "per window",
-            None => "over the whole input",
-        };
-        let description = format!(
-            "WindowAggregate ({window_text}): group by [{}], aggregates [{}]",
-            exprs_text(&agg.group_expr),
-            exprs_text(&agg.aggr_expr)
-        );
-        let spec = WindowAggregateSpec {
-            input_schema: Arc::clone(&input_arrow),
-            keys: keys.clone(),
-            window,
-            group_columns,
-            aggregates,
-            filters,
-            output_schema: arrow_schema(&agg.schema),
-            description,
-        };
-        // Route by the non-window keys; with none, by the window, so windows spread over instances.
-        let route: Vec<Arc<dyn PhysicalExpr>> = match (keys.is_empty(), window) {
-            (false, _) => keys,
-            (true, Some(WindowColumn::Start { column, .. } | WindowColumn::End { column, .. })) => {
-                vec![Arc::new(PhysicalColumn::new(
-                    input_arrow.field(column).name(),
-                    column,
-                ))]
-            }
-            (true, None) => vec![],
-        };
-        let parallelism = if route.is_empty() {
-            1
-        } else {
-            self.parallelism
-        };
-        let chain = !self.fixed_shape && parallelism == 1;
-        let stage = if chain && self.stages[input.stage].parallelism == 1 {
-            input.stage
-        } else {
-            self.stages.push(Stage {
-                name: "aggregate".into(),
-                parallelism,
-                source: None,
-                inputs: vec![StageInput {
-                    from: input.stage,
-                    partitioning: if parallelism == 1 {
-                        Partitioning::Single
-                    } else {
-                        Partitioning::Hash(route)
-                    },
-                }],
-                chain: vec![],
-            });
-            self.stages.len() - 1
-        };
-        self.stages[stage].chain.push(Arc::new(spec));
-        if out_windows.len() != agg.schema.fields().len() {
-            return Err(invalid!(
-                "aggregate output has {} columns, expected {}",
-                agg.schema.fields().len(),
-                out_windows.len()
-            ));
-        }
-        Ok(Stream {
-            stage,
-            schema: agg.schema.clone(),
-            windows: out_windows,
-            bounded: input.bounded,
-            unordered: true,
-        })
-    }
-}
-
-/// `ts - INTERVAL '4' SECOND` (or `+`) over a `TIMESTAMP` column, with an interval of fixed
-/// length (no months), as integer arithmetic on nanoseconds: the same values without the
-/// per-row calendar arithmetic of interval subtraction. Evaluated for every source row (the
-/// watermark), where it cost about a tenth of Nexmark q0's time. `None`: not of this shape.
-fn fixed_interval_as_nanos(expr: &Expr, schema: &DFSchemaRef) -> Option<Expr> {
-    use datafusion::arrow::datatypes::{DataType, TimeUnit};
-    use datafusion::common::ScalarValue;
-    use datafusion::logical_expr::{BinaryExpr, Cast, Operator};
-    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
-        return None;
-    };
-    if !matches!(op, Operator::Minus | Operator::Plus) {
-        return None;
-    }
-    let nanos: i64 = match right.as_ref() {
-        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => (v.days
-            as i64)
-            .checked_mul(86_400_000_000_000)?
-            .checked_add(v.nanoseconds)?,
-        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => (v.days as i64)
-            .checked_mul(86_400_000_000_000)?
-            .checked_add((v.milliseconds as i64).checked_mul(1_000_000)?)?,
-        _ => return None,
-    };
-    let ts = DataType::Timestamp(TimeUnit::Nanosecond, None);
-    if left.get_type(schema).ok()? != ts {
-        return None;
-    }
-    let as_int = Expr::Cast(Cast::new(left.clone(), DataType::Int64));
-    let shifted = Expr::BinaryExpr(BinaryExpr::new(
-        Box::new(as_int),
-        *op,
-        Box::new(Expr::Literal(ScalarValue::Int64(Some(nanos)), None)),
-    ));
-    Some(Expr::Cast(Cast::new(Box::new(shifted), ts)))
 }
 
 /// Whether the plan reads any weir table (otherwise it is a constant query DataFusion can run).

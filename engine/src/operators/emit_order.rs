@@ -5,36 +5,35 @@
 //! - output: when watermark W arrives, the held rows of windows that ended at or before W,
 //!   sorted by all columns (in schema order, so window columns first when selected first).
 //!   Instances fire at their own pace, so rows of later windows may already be here; they wait
-//!   for their own watermark. Without a window column in the output, everything held is
-//!   emitted at each watermark.
-//! - state: result rows not yet emitted; written to the task's store at each barrier and read
-//!   back on restore.
+//!   for their own watermark. Rows without a window (no window column in the output, or a NULL
+//!   one) are emitted at the next watermark.
+//! - state: result rows not yet emitted, by window ([`OpenWindows`], one lane): in memory up
+//!   to the task's budget, written to the task's store past it and at each barrier, read back
+//!   on restore. Runs as one instance (its input is merged), so a restore keeps every row.
 //! - at end: the rest, sorted.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::BooleanArray;
-use datafusion::arrow::compute::kernels::boolean::not;
 use datafusion::arrow::compute::{
-    concat_batches, filter_record_batch, lexsort_to_indices, take_record_batch, SortColumn,
+    concat_batches, lexsort_to_indices, take_record_batch, SortColumn,
 };
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
-use crate::event_time::timestamps_as_nanos;
 use crate::graph::{OperatorFactory, TaskInfo};
-use crate::message::EventTime;
+use crate::message::{EventTime, WATERMARK_MAX};
 use crate::operator::{Operator, Output};
-use crate::state::{decode_batch, encode_batch, StateHandle, WriteBatch};
+use crate::operators::windowed::{
+    split_by_window, BufferedRows, LaneState, OpenWindows, PartRoute, WindowColumn,
+};
 
 /// Plan node of the emit-order step.
 #[derive(Debug, Clone)]
 pub struct EmitOrderSpec {
     pub schema: SchemaRef,
-    /// A column holding each row's window: its index and what to add to get the window end
-    /// (0 for `window_end`, the size for `window_start`).
-    pub window: Option<(usize, i64)>,
+    /// A column holding each row's window, if the output has one.
+    pub window: Option<WindowColumn>,
 }
 
 impl OperatorFactory for EmitOrderSpec {
@@ -43,20 +42,14 @@ impl OperatorFactory for EmitOrderSpec {
     }
 
     fn create(&self, task: &TaskInfo) -> Result<Box<dyn Operator>> {
-        let mut pending = Vec::new();
-        if let Some(restore) = task.state.restore() {
-            let (lo, hi) = task.state.all();
-            for store in &restore.stores {
-                for (_, v) in store.scan(&lo, &hi)? {
-                    pending.push(decode_batch(&v)?);
-                }
-            }
-        }
+        let lane = LaneState {
+            handle: task.state.clone(),
+            route: PartRoute::Single,
+            part_schema: Arc::clone(&self.schema),
+        };
         Ok(Box::new(EmitOrderOperator {
             spec: self.clone(),
-            stored: !pending.is_empty(),
-            pending,
-            state: task.state.clone(),
+            held: OpenWindows::open(vec![lane], task.state.memory_budget(), task.restored_epoch)?,
         }))
     }
 }
@@ -64,38 +57,40 @@ impl OperatorFactory for EmitOrderSpec {
 /// A running emit-order step.
 pub struct EmitOrderOperator {
     spec: EmitOrderSpec,
-    pending: Vec<RecordBatch>,
-    state: StateHandle,
-    /// Whether the store holds rows from an earlier snapshot (to be replaced).
-    stored: bool,
+    /// Rows not emitted yet, by window; rows without a window under [`EventTime::MIN`].
+    held: OpenWindows<BufferedRows>,
 }
 
 impl EmitOrderOperator {
+    fn hold(&mut self, end: EventTime, rows: RecordBatch) -> Result<()> {
+        self.held.update(
+            0,
+            end,
+            || Ok(BufferedRows::default()),
+            |b| {
+                b.push(rows);
+                Ok(())
+            },
+        )
+    }
+
     /// Emits the held rows of windows ending at or before `watermark`, sorted.
     fn flush(&mut self, watermark: EventTime, out: &mut Output) -> Result<()> {
-        if self.pending.is_empty() {
+        let mut ready = Vec::new();
+        for end in self.held.advance(watermark) {
+            let taken = self.held.take(0, end)?;
+            ready.extend(
+                taken
+                    .memory
+                    .map(BufferedRows::into_batches)
+                    .unwrap_or_default(),
+            );
+            ready.extend(taken.parts);
+        }
+        if ready.is_empty() {
             return Ok(());
         }
-        let all = concat_batches(&self.spec.schema, &std::mem::take(&mut self.pending))?;
-        let ready = match self.spec.window {
-            Some((column, shift)) if watermark < i64::MAX => {
-                let ends = timestamps_as_nanos(all.column(column))?;
-                let done: BooleanArray = ends
-                    .iter()
-                    .map(|e| Some(e.is_none_or(|e| e.saturating_add(shift) <= watermark)))
-                    .collect();
-                let rest = filter_record_batch(&all, &not(&done)?)?;
-                if rest.num_rows() > 0 {
-                    self.pending.push(rest);
-                }
-                filter_record_batch(&all, &done)?
-            }
-            _ => all,
-        };
-        if ready.num_rows() == 0 {
-            return Ok(());
-        }
-        let all = ready;
+        let all = concat_batches(&self.spec.schema, &ready)?;
         let columns: Vec<SortColumn> = all
             .columns()
             .iter()
@@ -104,7 +99,7 @@ impl EmitOrderOperator {
                 options: None,
             })
             .collect();
-        // Types without an ordering (lists, maps) keep arrival order.
+        // Types without an ordering (lists, maps) keep window, then arrival, order.
         match lexsort_to_indices(&columns, None) {
             Ok(indices) => out.emit(take_record_batch(&all, &indices)?),
             Err(_) => out.emit(all),
@@ -124,8 +119,23 @@ impl Operator for EmitOrderOperator {
         _input: usize,
         _out: &mut Output,
     ) -> Result<()> {
-        self.pending.push(batch);
-        Ok(())
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        match self.spec.window {
+            None => self.hold(EventTime::MIN, batch)?,
+            Some(window) => {
+                // Rows are never late here: each instance sends a window's rows before the
+                // watermark that closes it; rows of windows already closed (NULL windows)
+                // wait for the next one.
+                let ends = window.ends_or_min(&batch)?;
+                for run in split_by_window(&ends) {
+                    self.hold(run.end, run.owned_batch(&batch)?)?;
+                }
+            }
+        }
+        let schema = &self.spec.schema;
+        self.held.enforce_budget(|_, rows| rows.into_part(schema))
     }
 
     fn on_watermark(&mut self, watermark: EventTime, out: &mut Output) -> Result<EventTime> {
@@ -134,23 +144,13 @@ impl Operator for EmitOrderOperator {
     }
 
     fn finish(&mut self, out: &mut Output) -> Result<()> {
-        self.flush(i64::MAX, out)
+        self.flush(WATERMARK_MAX, out)
     }
 
-    fn snapshot(&mut self, _epoch: u64) -> Result<Option<Vec<u8>>> {
-        if self.pending.is_empty() && !self.stored {
-            return Ok(None);
-        }
-        let mut batch = WriteBatch {
-            puts: Vec::new(),
-            delete_ranges: vec![self.state.all()],
-        };
-        if !self.pending.is_empty() {
-            let all = concat_batches(&self.spec.schema, &self.pending)?;
-            batch.puts.push((self.state.key(&[0]), encode_batch(&all)?));
-        }
-        self.stored = !self.pending.is_empty();
-        self.state.store()?.write(batch)?;
+    fn snapshot(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
+        let schema = &self.spec.schema;
+        self.held
+            .snapshot(epoch, |_, rows| rows.into_part(schema))?;
         Ok(None)
     }
 }

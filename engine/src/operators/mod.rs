@@ -1,5 +1,6 @@
 //! Operators, one per file. Each file's doc says what the operator takes, emits and keeps, and
-//! what it does on watermark, barrier and end.
+//! what it does on watermark, barrier and end. The windowed ones (aggregate, join, emit order)
+//! stand on one layer, [`windowed`].
 
 pub mod calc;
 pub mod emit_order;
@@ -7,13 +8,17 @@ pub mod limit;
 pub mod sort;
 pub mod window_aggregate;
 pub mod window_join;
-mod window_state;
+pub mod windowed;
+
+#[cfg(test)]
+pub(crate) mod harness;
+#[cfg(test)]
+mod tests;
 
 pub use calc::CalcOperator;
 pub use emit_order::EmitOrderSpec;
 pub use limit::LimitSpec;
 pub use sort::SortSpec;
-pub use window_aggregate::{
-    GroupColumn, WindowAggregateOperator, WindowAggregateSpec, WindowColumn,
-};
+pub use window_aggregate::{GroupColumn, WindowAggregateOperator, WindowAggregateSpec};
 pub use window_join::{JoinKind, JoinSide, WindowJoinSpec};
+pub use windowed::{WindowBound, WindowColumn, WindowEdge};

@@ -12,22 +12,17 @@
 //! - without a window (a plain GROUP BY over a bounded source) there is one window that fires
 //!   when the watermark reaches +infinity, i.e. at end of input.
 //! - memory: open windows live in memory up to the task's budget; past it, the windows that
-//!   fire last are spilled to the task's store as partial states ([`WindowStore`]) and merged
-//!   back when they fire.
+//!   fire last are spilled to the task's store as partial states and merged back when they
+//!   fire ([`OpenWindows`] decides when and what).
 //! - at barrier: every window in memory is written to the store as a partial state, so the
 //!   store holds the whole state of the epoch; the runtime then checkpoints the store.
 //! - restore: the stored parts are the state; with a changed parallelism only the groups
 //!   whose key routes to this instance are kept.
 
-use std::collections::BTreeMap;
-
-use ahash::AHashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, TimestampNanosecondArray, UInt32Array,
-};
-use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, TimestampNanosecondArray};
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
@@ -37,21 +32,13 @@ use datafusion::physical_plan::aggregates::group_values::{new_group_values, Grou
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 
 use crate::error::{EngineError, Result};
-use crate::event_time::timestamps_as_nanos;
 use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MAX};
 use crate::metrics::JobMetrics;
 use crate::operator::{Operator, Output};
-use crate::operators::window_state::{PartRoute, WindowStore};
-
-/// Which window column the input carries and groups by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowColumn {
-    /// Input column `column` is `window_start`; the window ends `size` later.
-    Start { column: usize, size: i64 },
-    /// Input column `column` is `window_end`.
-    End { column: usize, size: i64 },
-}
+use crate::operators::windowed::{
+    LaneState, OpenWindows, PartRoute, Run, WindowColumn, WindowContents,
+};
 
 /// One column of the GROUP BY list, in output order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +55,8 @@ pub struct WindowAggregateSpec {
     pub input_schema: SchemaRef,
     /// Group keys other than the window columns, evaluated on the input.
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
-    /// `None`: one window over the whole (bounded) input.
+    /// The window column the input carries and groups by; `None`: one window over the whole
+    /// (bounded) input.
     pub window: Option<WindowColumn>,
     /// The GROUP BY list in output order.
     pub group_columns: Vec<GroupColumn>,
@@ -105,30 +93,30 @@ impl OperatorFactory for WindowAggregateSpec {
             state_widths.push(fields.len());
             state_fields.extend(fields.iter().map(|f| f.as_ref().clone()));
         }
-        let mut windows = BTreeMap::new();
-        if self.window.is_none() && self.keys.is_empty() {
-            // A global aggregate yields one row even over no input, as in batch SQL.
-            windows.insert(
-                WATERMARK_MAX,
-                WindowGroups::new(self, &Arc::new(Schema::new(key_fields.clone())))?,
-            );
-        }
+        let state_schema: SchemaRef = Arc::new(Schema::new(state_fields));
         let route = match (self.keys.len(), self.window) {
-            (0, Some(WindowColumn::Start { size, .. })) => PartRoute::Window { shift: size },
-            (0, Some(WindowColumn::End { .. })) => PartRoute::Window { shift: 0 },
+            (0, Some(window)) => PartRoute::Window(window.bound),
             (n, _) => PartRoute::Keys(n),
         };
+        let lane = LaneState {
+            handle: task.state.clone(),
+            route,
+            part_schema: Arc::clone(&state_schema),
+        };
+        let mut windows =
+            OpenWindows::open(vec![lane], task.state.memory_budget(), task.restored_epoch)?;
+        if self.window.is_none() && self.keys.is_empty() {
+            // A global aggregate yields one row even over no input, as in batch SQL.
+            windows.declare(WATERMARK_MAX);
+        }
         Ok(Box::new(WindowAggregateOperator {
             spec: self.clone(),
             key_schema: Arc::new(Schema::new(key_fields)),
-            state_schema: Arc::new(Schema::new(state_fields)),
+            state_schema,
             state_widths,
             windows,
-            watermark: i64::MIN,
             metrics: Arc::clone(&task.metrics),
             group_ids: Vec::new(),
-            budget: task.state.memory_budget(),
-            store: WindowStore::open(task.state.clone(), route, task.restored_epoch)?,
         }))
     }
 }
@@ -138,6 +126,15 @@ struct WindowGroups {
     /// `None` when there are no keys besides the window: every row is group 0.
     groups: Option<Box<dyn GroupValues>>,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
+    /// No row reached the accumulators yet.
+    accumulators_unused: bool,
+}
+
+impl WindowContents for WindowGroups {
+    fn bytes(&self) -> usize {
+        self.groups.as_ref().map_or(0, |g| g.size())
+            + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
+    }
 }
 
 impl WindowGroups {
@@ -167,6 +164,7 @@ impl WindowGroups {
         Ok(Self {
             groups,
             accumulators,
+            accumulators_unused: true,
         })
     }
 
@@ -174,10 +172,70 @@ impl WindowGroups {
         self.groups.as_ref().map_or(1, |g| g.len())
     }
 
-    /// Bytes held.
-    fn size(&self) -> usize {
-        self.groups.as_ref().map_or(0, |g| g.size())
-            + self.accumulators.iter().map(|a| a.size()).sum::<usize>()
+    /// Interns `keys` (`rows` of them; none without keys) into `group_ids`.
+    fn intern(&mut self, keys: &[ArrayRef], rows: usize, group_ids: &mut Vec<usize>) -> Result<()> {
+        match &mut self.groups {
+            Some(groups) => groups.intern(keys, group_ids)?,
+            None => {
+                group_ids.clear();
+                group_ids.resize(rows, 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// Accumulates evaluated input rows.
+    fn update(&mut self, input: &Evaluated, group_ids: &mut Vec<usize>) -> Result<()> {
+        self.intern(&input.keys, input.rows, group_ids)?;
+        self.accumulators_unused = false;
+        let total = self.num_groups();
+        for (i, acc) in self.accumulators.iter_mut().enumerate() {
+            let filter: Option<&BooleanArray> =
+                input.filters[i].as_ref().and_then(|f| f.as_boolean_opt());
+            acc.update_batch(&input.args[i], group_ids, filter, total)?;
+        }
+        Ok(())
+    }
+
+    /// Merges a stored partial state (`keys` key columns, then each accumulator's
+    /// `widths[i]` state columns).
+    fn merge(
+        &mut self,
+        part: &RecordBatch,
+        keys: usize,
+        widths: &[usize],
+        group_ids: &mut Vec<usize>,
+    ) -> Result<()> {
+        self.intern(&part.columns()[..keys], part.num_rows(), group_ids)?;
+        let total = self.num_groups();
+        let mut at = keys;
+        for (acc, width) in self.accumulators.iter_mut().zip(widths) {
+            acc.merge_batch(&part.columns()[at..at + width], group_ids, total)?;
+            at += width;
+        }
+        Ok(())
+    }
+
+    /// The partial state, as one batch of `state_schema` (consumes it); `None` when the window
+    /// holds nothing (a global aggregate before its first row).
+    fn into_part(mut self, state_schema: &SchemaRef) -> Result<Option<RecordBatch>> {
+        let mut columns = match &mut self.groups {
+            Some(g) => g.emit(EmitTo::All)?,
+            None => Vec::new(),
+        };
+        for acc in self.accumulators.iter_mut() {
+            columns.extend(acc.state(EmitTo::All)?);
+        }
+        let n = columns.first().map_or(0, |c| c.len());
+        if n == 0 {
+            return Ok(None);
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(n));
+        Ok(Some(RecordBatch::try_new_with_options(
+            Arc::clone(state_schema),
+            columns,
+            &options,
+        )?))
     }
 }
 
@@ -185,57 +243,40 @@ impl WindowGroups {
 pub struct WindowAggregateOperator {
     spec: WindowAggregateSpec,
     key_schema: SchemaRef,
-    /// Open windows by end.
-    windows: BTreeMap<EventTime, WindowGroups>,
-    watermark: EventTime,
+    /// Open windows, in memory and in the task's store.
+    windows: OpenWindows<WindowGroups>,
     metrics: Arc<JobMetrics>,
     group_ids: Vec<usize>,
     /// Group keys then every accumulator's state columns: the layout of a stored part.
     state_schema: SchemaRef,
     /// State columns of each accumulator.
     state_widths: Vec<usize>,
-    /// Bytes of window state kept in memory before spilling.
-    budget: usize,
-    /// Windows spilled or snapshotted to the task's store.
-    store: WindowStore,
 }
 
-/// The evaluated inputs of one batch: keys, aggregate arguments and filters.
+/// The evaluated inputs of some rows: keys, aggregate arguments and filters.
 struct Evaluated {
+    rows: usize,
     keys: Vec<ArrayRef>,
     args: Vec<Vec<ArrayRef>>,
     filters: Vec<Option<ArrayRef>>,
 }
 
 impl Evaluated {
-    /// Rows `offset..offset + len`, without copying.
-    fn slice(&self, offset: usize, len: usize) -> Self {
-        let s = |a: &ArrayRef| a.slice(offset, len);
-        Self {
-            keys: self.keys.iter().map(s).collect(),
-            args: self
-                .args
-                .iter()
-                .map(|cols| cols.iter().map(s).collect())
-                .collect(),
-            filters: self.filters.iter().map(|f| f.as_ref().map(s)).collect(),
-        }
-    }
-
-    fn take(&self, rows: &UInt32Array) -> Result<Self> {
-        let t = |a: &ArrayRef| take(a.as_ref(), rows, None);
+    /// The rows of one run (slices of a range, without copying).
+    fn select(&self, run: &Run) -> Result<Self> {
         Ok(Self {
-            keys: self.keys.iter().map(t).collect::<Result<_, _>>()?,
+            rows: run.len(),
+            keys: run.arrays(&self.keys)?,
             args: self
                 .args
                 .iter()
-                .map(|cols| cols.iter().map(t).collect::<Result<_, _>>())
-                .collect::<Result<_, _>>()?,
+                .map(|cols| run.arrays(cols))
+                .collect::<Result<_>>()?,
             filters: self
                 .filters
                 .iter()
-                .map(|f| f.as_ref().map(t).transpose())
-                .collect::<Result<_, _>>()?,
+                .map(|f| f.as_ref().map(|f| run.array(f)).transpose())
+                .collect::<Result<_>>()?,
         })
     }
 }
@@ -245,6 +286,7 @@ impl WindowAggregateOperator {
         let n = batch.num_rows();
         let eval = |e: &Arc<dyn PhysicalExpr>| e.evaluate(batch).and_then(|v| v.into_array(n));
         Ok(Evaluated {
+            rows: n,
             keys: self.spec.keys.iter().map(eval).collect::<Result<_, _>>()?,
             args: self
                 .spec
@@ -266,132 +308,44 @@ impl WindowAggregateOperator {
         })
     }
 
-    /// The end of each row's window.
-    fn window_ends(&self, batch: &RecordBatch) -> Result<Option<Vec<EventTime>>> {
-        let Some(window) = self.spec.window else {
-            return Ok(None);
-        };
-        let (column, shift) = match window {
-            WindowColumn::Start { column, size } => (column, size),
-            WindowColumn::End { column, .. } => (column, 0),
-        };
-        let values = timestamps_as_nanos(batch.column(column))?;
-        if values.null_count() > 0 {
-            return Err(EngineError::Internal("window column holds NULL".into()));
-        }
-        Ok(Some(
-            values
-                .values()
-                .iter()
-                .map(|v| v.saturating_add(shift))
-                .collect(),
-        ))
-    }
-
     fn update(&mut self, end: EventTime, input: &Evaluated) -> Result<()> {
-        let window = match self.windows.entry(end) {
-            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert(WindowGroups::new(&self.spec, &self.key_schema)?)
-            }
-        };
-        let rows = input.args.first().and_then(|a| a.first()).map(|a| a.len());
-        let rows = rows
-            .or_else(|| input.keys.first().map(|k| k.len()))
-            .unwrap_or(0);
-        match &mut window.groups {
-            Some(groups) => groups.intern(&input.keys, &mut self.group_ids)?,
-            None => {
-                self.group_ids.clear();
-                self.group_ids.resize(rows, 0);
-            }
-        }
-        let total = window.num_groups();
-        for (i, acc) in window.accumulators.iter_mut().enumerate() {
-            let filter: Option<&BooleanArray> =
-                input.filters[i].as_ref().and_then(|f| f.as_boolean_opt());
-            acc.update_batch(&input.args[i], &self.group_ids, filter, total)?;
-        }
-        Ok(())
+        let (spec, key_schema) = (&self.spec, &self.key_schema);
+        let group_ids = &mut self.group_ids;
+        self.windows.update(
+            0,
+            end,
+            || WindowGroups::new(spec, key_schema),
+            |w| w.update(input, group_ids),
+        )
     }
 
-    /// The partial state of a window, as one batch of [`Self::state_schema`] (consumes it);
-    /// `None` when the window holds nothing (a global aggregate before its first row).
-    fn to_part(&self, mut window: WindowGroups) -> Result<Option<RecordBatch>> {
-        let mut columns = match &mut window.groups {
-            Some(g) => g.emit(EmitTo::All)?,
-            None => Vec::new(),
-        };
-        for acc in window.accumulators.iter_mut() {
-            columns.extend(acc.state(EmitTo::All)?);
-        }
-        let n = columns.first().map_or(0, |c| c.len());
-        if n == 0 {
-            return Ok(None);
-        }
-        let options = RecordBatchOptions::new().with_row_count(Some(n));
-        Ok(Some(RecordBatch::try_new_with_options(
-            Arc::clone(&self.state_schema),
-            columns,
-            &options,
-        )?))
-    }
-
-    /// Merges a stored partial state into a window.
-    fn merge_part(&mut self, window: &mut WindowGroups, part: &RecordBatch) -> Result<()> {
-        let keys = self.spec.keys.len();
-        match &mut window.groups {
-            Some(groups) => groups.intern(&part.columns()[..keys], &mut self.group_ids)?,
-            None => {
-                self.group_ids.clear();
-                self.group_ids.resize(part.num_rows(), 0);
-            }
-        }
-        let total = window.num_groups();
-        let mut at = keys;
-        for (acc, width) in window.accumulators.iter_mut().zip(&self.state_widths) {
-            acc.merge_batch(&part.columns()[at..at + width], &self.group_ids, total)?;
-            at += width;
-        }
-        Ok(())
-    }
-
-    /// Writes windows in memory to the store, latest end first,
-    /// until at most `target` bytes are held; `target == 0` writes them all.
-    fn spill(&mut self, target: usize) -> Result<()> {
-        let mut held: usize = self.windows.values().map(|w| w.size()).sum();
-        let mut parts = Vec::new();
-        let mut empty = Vec::new();
-        while held > target || (target == 0 && !self.windows.is_empty()) {
-            let Some((end, window)) = self.windows.pop_last() else {
-                break;
-            };
-            held = held.saturating_sub(window.size());
-            match self.to_part(window)? {
-                Some(part) => parts.push((end, part)),
-                // Nothing to store, but the window must still fire (a global aggregate
-                // yields its row even over no input).
-                None => empty.push(end),
-            }
-        }
-        for end in empty {
-            self.windows
-                .insert(end, WindowGroups::new(&self.spec, &self.key_schema)?);
-        }
-        self.store.write_parts(parts)
+    fn enforce_budget(&mut self) -> Result<()> {
+        let schema = &self.state_schema;
+        self.windows
+            .enforce_budget(|_, window| window.into_part(schema))
     }
 
     /// Fires the window ending at `end`: its memory part merged with its stored parts.
     fn fire(&mut self, end: EventTime, out: &mut Output) -> Result<()> {
-        let mut window = match self.windows.remove(&end) {
+        let taken = self.windows.take(0, end)?;
+        let mut window = match taken.memory {
             Some(w) => w,
             None => WindowGroups::new(&self.spec, &self.key_schema)?,
         };
-        if self.store.has(end) {
-            let schema = Arc::clone(&self.state_schema);
-            for part in self.store.take(end, &schema)? {
-                self.merge_part(&mut window, &part)?;
-            }
+        if self.spec.keys.is_empty() && window.accumulators_unused && taken.parts.is_empty() {
+            // A global aggregate over no input: its one group over no rows, as in batch SQL
+            // (accumulators that never saw a batch know no group).
+            let none = RecordBatch::new_empty(Arc::clone(&self.spec.input_schema));
+            let none = self.evaluate(&none)?;
+            window.update(&none, &mut self.group_ids)?;
+        }
+        for part in &taken.parts {
+            window.merge(
+                part,
+                self.spec.keys.len(),
+                &self.state_widths,
+                &mut self.group_ids,
+            )?;
         }
         if let Some(batch) = self.emit(end, window)? {
             out.emit(batch);
@@ -409,16 +363,13 @@ impl WindowAggregateOperator {
         if n == 0 {
             return Ok(None);
         }
-        let size = match self.spec.window {
-            Some(WindowColumn::Start { size, .. } | WindowColumn::End { size, .. }) => size,
-            None => 0,
-        };
+        let start = self.spec.window.map_or(end, |w| w.bound.start_of(end));
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.spec.output_schema.fields().len());
         for g in &self.spec.group_columns {
             columns.push(match *g {
                 GroupColumn::Key(i) => Arc::clone(&keys[i]),
                 GroupColumn::WindowStart => {
-                    Arc::new(TimestampNanosecondArray::from_value(end - size, n))
+                    Arc::new(TimestampNanosecondArray::from_value(start, n))
                 }
                 GroupColumn::WindowEnd => Arc::new(TimestampNanosecondArray::from_value(end, n)),
             });
@@ -455,20 +406,6 @@ impl WindowAggregateOperator {
     }
 }
 
-impl WindowAggregateOperator {
-    /// Spills windows when memory holds more than the budget, down to half of it.
-    fn enforce_budget(&mut self) -> Result<()> {
-        if self.budget == usize::MAX {
-            return Ok(());
-        }
-        let held: usize = self.windows.values().map(|w| w.size()).sum();
-        if held > self.budget {
-            self.spill(self.budget / 2)?;
-        }
-        Ok(())
-    }
-}
-
 impl Operator for WindowAggregateOperator {
     fn name(&self) -> &str {
         "WindowAggregate"
@@ -484,69 +421,29 @@ impl Operator for WindowAggregateOperator {
             return Ok(());
         }
         let evaluated = self.evaluate(&batch)?;
-        let Some(ends) = self.window_ends(&batch)? else {
+        let Some(window) = self.spec.window else {
             self.update(WATERMARK_MAX, &evaluated)?;
             return self.enforce_budget();
         };
-        let first = ends[0];
-        if ends.iter().all(|&e| e == first) {
-            if first <= self.watermark {
-                self.metrics.add_late_rows(ends.len() as u64);
-                return Ok(());
-            }
-            self.update(first, &evaluated)?;
-            return self.enforce_budget();
-        }
-        // Several windows in one batch. Rows usually come in runs of one window (the window
-        // assigner groups them): each run is a zero-copy slice.
-        let boundaries = ends.windows(2).filter(|w| w[0] != w[1]).count();
-        if boundaries < 64 {
-            let mut from = 0;
-            while from < ends.len() {
-                let end = ends[from];
-                let len = ends[from..].iter().take_while(|&&e| e == end).count();
-                if end <= self.watermark {
-                    self.metrics.add_late_rows(len as u64);
-                } else {
-                    let part = evaluated.slice(from, len);
-                    self.update(end, &part)?;
-                }
-                from += len;
-            }
-            return self.enforce_budget();
-        }
-        // Interleaved: split rows by window, in order of first appearance.
-        let mut runs: Vec<(EventTime, Vec<u32>)> = Vec::new();
-        let mut index: AHashMap<EventTime, usize> = AHashMap::new();
-        for (row, &end) in ends.iter().enumerate() {
-            let slot = *index.entry(end).or_insert_with(|| {
-                runs.push((end, Vec::new()));
-                runs.len() - 1
-            });
-            runs[slot].1.push(row as u32);
-        }
-        for (end, rows) in runs {
-            if end <= self.watermark {
-                self.metrics.add_late_rows(rows.len() as u64);
-                continue;
-            }
-            let part = evaluated.take(&UInt32Array::from(rows))?;
-            self.update(end, &part)?;
+        let ends = window.ends(&batch)?;
+        for run in self.windows.open_runs(&ends, &self.metrics) {
+            let rows = evaluated.select(&run)?;
+            self.update(run.end, &rows)?;
         }
         self.enforce_budget()
     }
 
     fn on_watermark(&mut self, watermark: EventTime, out: &mut Output) -> Result<EventTime> {
-        self.watermark = self.watermark.max(watermark);
-        for end in self.store.ready_with(self.watermark, [&self.windows]) {
+        for end in self.windows.advance(watermark) {
             self.fire(end, out)?;
         }
         Ok(watermark)
     }
 
     fn snapshot(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
-        self.spill(0)?;
-        self.store.next_epoch(epoch);
+        let schema = &self.state_schema;
+        self.windows
+            .snapshot(epoch, |_, window| window.into_part(schema))?;
         Ok(None)
     }
 }

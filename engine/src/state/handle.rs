@@ -76,6 +76,12 @@ impl TaskState {
         }
     }
 
+    /// The same task with `bytes` of memory budget for its operators' working sets.
+    pub fn with_memory_budget(mut self, bytes: usize) -> Self {
+        self.memory_budget = bytes;
+        self
+    }
+
     /// The working store, opened (and created) on first use.
     pub fn store(&self) -> Result<Arc<dyn StateBackend>> {
         let mut slot = self

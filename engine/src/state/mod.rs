@@ -51,6 +51,14 @@ pub struct MemoryStateBackend {
 }
 
 impl MemoryStateBackend {
+    /// A copy of the whole store as it is now: what [`StateBackend::checkpoint_to`] writes for
+    /// a durable store (unit tests checkpoint and restore operators with it).
+    pub fn copy(&self) -> Result<Self> {
+        Ok(Self {
+            map: Mutex::new(self.map()?.clone()),
+        })
+    }
+
     fn map(&self) -> Result<std::sync::MutexGuard<'_, BTreeMap<Vec<u8>, Vec<u8>>>> {
         self.map
             .lock()

@@ -3,50 +3,86 @@
 
 use std::sync::Arc;
 
-use datafusion::common::DFSchemaRef;
-use datafusion::logical_expr::{Expr, ExprSchemable};
+use datafusion::common::{DFSchemaRef, JoinType, NullEquality};
+use datafusion::logical_expr::type_coercion::binary::comparison_coercion;
+use datafusion::logical_expr::{Expr, ExprSchemable, Join};
 use datafusion::physical_expr::PhysicalExpr;
-use weir_engine::operators::{JoinKind, JoinSide, WindowJoinSpec};
+use weir_engine::operators::{
+    JoinKind, JoinSide, WindowBound, WindowColumn, WindowEdge, WindowJoinSpec,
+};
 use weir_engine::{Partitioning, Stage, StageInput};
 
-use super::{arrow_schema, Stream, StreamPlanner, WindowLineage};
+use super::{arrow_schema, Stream, StreamPlanner};
 use crate::error::Result;
 use crate::{invalid, not_supported};
+
+/// The equality keys of a join, as each side evaluates them.
+struct JoinKeys {
+    left: Vec<Arc<dyn PhysicalExpr>>,
+    right: Vec<Arc<dyn PhysicalExpr>>,
+    /// The window column of each side, when the keys pair windows of one size.
+    windows: Option<(WindowColumn, WindowColumn)>,
+    /// `l = r` of each pair, for EXPLAIN.
+    text: Vec<String>,
+}
 
 impl StreamPlanner<'_> {
     /// A window join: both inputs behind a keyed exchange on the equality keys (window columns
     /// included), joined per window when the watermark passes its end.
-    pub(super) fn plan_join(&mut self, join: &datafusion::logical_expr::Join) -> Result<Stream> {
-        use datafusion::common::{JoinType, NullEquality};
-        use datafusion::logical_expr::type_coercion::binary::comparison_coercion;
-        let kind = match join.join_type {
-            JoinType::Inner => JoinKind::Inner,
-            JoinType::Left => JoinKind::Left,
-            JoinType::Right => JoinKind::Right,
-            JoinType::Full => JoinKind::Full,
-            JoinType::LeftSemi => JoinKind::LeftSemi,
-            JoinType::LeftAnti => JoinKind::LeftAnti,
-            JoinType::RightSemi => JoinKind::RightSemi,
-            JoinType::RightAnti => JoinKind::RightAnti,
-            other => return Err(not_supported!("{other} JOIN in a streaming query")),
-        };
-        if join.null_aware {
-            return Err(not_supported!(
-                "NOT IN (subquery) over a stream; use NOT EXISTS"
-            ));
-        }
-        if join.null_equality == NullEquality::NullEqualsNull {
-            return Err(not_supported!(
-                "IS NOT DISTINCT FROM as a join condition; use ="
-            ));
-        }
-        if join.on.is_empty() {
-            return Err(not_supported!(
-                "JOIN without an equality condition between the two sides (a window join matches window_start / window_end and keys with =)"
-            ));
-        }
+    pub(super) fn plan_join(&mut self, join: &Join) -> Result<Stream> {
+        let kind = join_kind(join)?;
         let left = self.plan(&join.left)?;
         let right = self.plan(&join.right)?;
+        let keys = self.join_keys(join, &left, &right)?;
+        let bounded = left.bounded && right.bounded;
+        if keys.windows.is_none() && !bounded {
+            return Err(not_supported!(
+                "JOIN of unbounded streams without matching windows: join windowed relations ON l.window_start = r.window_start AND l.window_end = r.window_end (windows of the same size) AND keys"
+            ));
+        }
+        let out_windows = output_windows(kind, &left, &right);
+        if out_windows.len() != join.schema.fields().len() {
+            return Err(invalid!(
+                "join output has {} columns, expected {}",
+                join.schema.fields().len(),
+                out_windows.len()
+            ));
+        }
+        let merged = DFSchemaRef::new(left.schema.join(&right.schema)?);
+        let filter = match &join.filter {
+            Some(f) => Some(self.physical(f, &merged)?),
+            None => None,
+        };
+        let spec = WindowJoinSpec {
+            kind,
+            left: JoinSide {
+                schema: arrow_schema(&left.schema),
+                keys: keys.left.clone(),
+                window: keys.windows.map(|w| w.0),
+            },
+            right: JoinSide {
+                schema: arrow_schema(&right.schema),
+                keys: keys.right.clone(),
+                window: keys.windows.map(|w| w.1),
+            },
+            filter,
+            joined_schema: arrow_schema(if kind.pairs() { &join.schema } else { &merged }),
+            output_schema: arrow_schema(&join.schema),
+            description: description(join, &keys),
+        };
+        let stage = self.join_stage(&left, &right, keys, spec);
+        Ok(Stream {
+            stage,
+            schema: join.schema.clone(),
+            windows: out_windows,
+            bounded,
+            unordered: true,
+        })
+    }
+
+    /// The equality keys, coerced to a common type per pair, and the pair of window columns
+    /// they match (a `window_end` pair wins over a `window_start` pair).
+    fn join_keys(&self, join: &Join, left: &Stream, right: &Stream) -> Result<JoinKeys> {
         let lineage = |e: &Expr, s: &Stream| match e {
             Expr::Column(c) => s
                 .schema
@@ -55,23 +91,17 @@ impl StreamPlanner<'_> {
                 .and_then(|i| s.windows[i].map(|w| (i, w))),
             _ => None,
         };
-        let mut windows: Option<((usize, i64), (usize, i64))> = None;
-        let (mut lkeys, mut rkeys) = (Vec::new(), Vec::new());
-        let mut key_text = Vec::new();
+        let mut keys = JoinKeys {
+            left: Vec::new(),
+            right: Vec::new(),
+            windows: None,
+            text: Vec::new(),
+        };
         for (l, r) in &join.on {
-            match (lineage(l, &left), lineage(r, &right)) {
-                (Some((li, WindowLineage::End(a))), Some((ri, WindowLineage::End(b))))
-                    if a == b =>
-                {
-                    windows = Some(((li, 0), (ri, 0)));
+            if let (Some((li, a)), Some((ri, b))) = (lineage(l, left), lineage(r, right)) {
+                if a == b && (a.edge == WindowEdge::End || keys.windows.is_none()) {
+                    keys.windows = Some((WindowColumn::new(li, a), WindowColumn::new(ri, b)));
                 }
-                // A window_end pair wins over a window_start pair (no shift needed).
-                (Some((li, WindowLineage::Start(a))), Some((ri, WindowLineage::Start(b))))
-                    if a == b && windows.is_none() =>
-                {
-                    windows = Some(((li, a), (ri, a)));
-                }
-                _ => {}
             }
             let lt = l.get_type(&left.schema)?;
             let rt = r.get_type(&right.schema)?;
@@ -86,75 +116,21 @@ impl StreamPlanner<'_> {
                     r.clone().cast_to(&common, &right.schema)?,
                 )
             };
-            key_text.push(format!("{l} = {r}"));
-            lkeys.push(self.physical(&l, &left.schema)?);
-            rkeys.push(self.physical(&r, &right.schema)?);
+            keys.text.push(format!("{l} = {r}"));
+            keys.left.push(self.physical(&l, &left.schema)?);
+            keys.right.push(self.physical(&r, &right.schema)?);
         }
-        let bounded = left.bounded && right.bounded;
-        if windows.is_none() && !bounded {
-            return Err(not_supported!(
-                "JOIN of unbounded streams without matching windows: join windowed relations ON l.window_start = r.window_start AND l.window_end = r.window_end (windows of the same size) AND keys"
-            ));
-        }
-        let merged = DFSchemaRef::new(left.schema.join(&right.schema)?);
-        let filter = match &join.filter {
-            Some(f) => Some(self.physical(f, &merged)?),
-            None => None,
-        };
-        let joined_schema = if kind_pairs(kind) {
-            arrow_schema(&join.schema)
-        } else {
-            arrow_schema(&merged)
-        };
-        let out_windows: Vec<Option<WindowLineage>> = {
-            let none = |s: &Stream| vec![None; s.windows.len()];
-            match kind {
-                JoinKind::Inner => [left.windows.clone(), right.windows.clone()].concat(),
-                JoinKind::Left => [left.windows.clone(), none(&right)].concat(),
-                JoinKind::Right => [none(&left), right.windows.clone()].concat(),
-                JoinKind::Full => [none(&left), none(&right)].concat(),
-                JoinKind::LeftSemi | JoinKind::LeftAnti => left.windows.clone(),
-                JoinKind::RightSemi | JoinKind::RightAnti => right.windows.clone(),
-            }
-        };
-        if out_windows.len() != join.schema.fields().len() {
-            return Err(invalid!(
-                "join output has {} columns, expected {}",
-                join.schema.fields().len(),
-                out_windows.len()
-            ));
-        }
-        let description = format!(
-            "WindowJoin ({}, {}): on [{}]{}",
-            join.join_type,
-            if windows.is_some() {
-                "per window"
-            } else {
-                "over the whole input"
-            },
-            key_text.join(", "),
-            join.filter
-                .as_ref()
-                .map(|f| format!(", filter {f}"))
-                .unwrap_or_default()
-        );
-        let spec = WindowJoinSpec {
-            kind,
-            left: JoinSide {
-                schema: arrow_schema(&left.schema),
-                keys: lkeys.clone(),
-                window: windows.map(|w| w.0),
-            },
-            right: JoinSide {
-                schema: arrow_schema(&right.schema),
-                keys: rkeys.clone(),
-                window: windows.map(|w| w.1),
-            },
-            filter,
-            joined_schema,
-            output_schema: arrow_schema(&join.schema),
-            description,
-        };
+        Ok(keys)
+    }
+
+    /// A stage running the join, each input routed by its side's keys.
+    fn join_stage(
+        &mut self,
+        left: &Stream,
+        right: &Stream,
+        keys: JoinKeys,
+        spec: WindowJoinSpec,
+    ) -> usize {
         let partitioning = |keys: Vec<Arc<dyn PhysicalExpr>>| {
             if self.parallelism == 1 {
                 Partitioning::Single
@@ -165,11 +141,11 @@ impl StreamPlanner<'_> {
         let inputs = vec![
             StageInput {
                 from: left.stage,
-                partitioning: partitioning(lkeys),
+                partitioning: partitioning(keys.left),
             },
             StageInput {
                 from: right.stage,
-                partitioning: partitioning(rkeys),
+                partitioning: partitioning(keys.right),
             },
         ];
         self.stages.push(Stage {
@@ -179,19 +155,69 @@ impl StreamPlanner<'_> {
             inputs,
             chain: vec![Arc::new(spec)],
         });
-        Ok(Stream {
-            stage: self.stages.len() - 1,
-            schema: join.schema.clone(),
-            windows: out_windows,
-            bounded,
-            unordered: true,
-        })
+        self.stages.len() - 1
     }
 }
 
-fn kind_pairs(kind: JoinKind) -> bool {
-    matches!(
-        kind,
-        JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full
+/// The join kind, or why this join cannot run on streams.
+fn join_kind(join: &Join) -> Result<JoinKind> {
+    let kind = match join.join_type {
+        JoinType::Inner => JoinKind::Inner,
+        JoinType::Left => JoinKind::Left,
+        JoinType::Right => JoinKind::Right,
+        JoinType::Full => JoinKind::Full,
+        JoinType::LeftSemi => JoinKind::LeftSemi,
+        JoinType::LeftAnti => JoinKind::LeftAnti,
+        JoinType::RightSemi => JoinKind::RightSemi,
+        JoinType::RightAnti => JoinKind::RightAnti,
+        other => return Err(not_supported!("{other} JOIN in a streaming query")),
+    };
+    if join.null_aware {
+        return Err(not_supported!(
+            "NOT IN (subquery) over a stream; use NOT EXISTS"
+        ));
+    }
+    if join.null_equality == NullEquality::NullEqualsNull {
+        return Err(not_supported!(
+            "IS NOT DISTINCT FROM as a join condition; use ="
+        ));
+    }
+    if join.on.is_empty() {
+        return Err(not_supported!(
+            "JOIN without an equality condition between the two sides (a window join matches window_start / window_end and keys with =)"
+        ));
+    }
+    Ok(kind)
+}
+
+/// The window bound each output column holds: a side's windows survive where its rows are
+/// never padded with NULLs.
+fn output_windows(kind: JoinKind, left: &Stream, right: &Stream) -> Vec<Option<WindowBound>> {
+    let none = |s: &Stream| vec![None; s.windows.len()];
+    match kind {
+        JoinKind::Inner => [left.windows.clone(), right.windows.clone()].concat(),
+        JoinKind::Left => [left.windows.clone(), none(right)].concat(),
+        JoinKind::Right => [none(left), right.windows.clone()].concat(),
+        JoinKind::Full => [none(left), none(right)].concat(),
+        JoinKind::LeftSemi | JoinKind::LeftAnti => left.windows.clone(),
+        JoinKind::RightSemi | JoinKind::RightAnti => right.windows.clone(),
+    }
+}
+
+/// One line for EXPLAIN.
+fn description(join: &Join, keys: &JoinKeys) -> String {
+    format!(
+        "WindowJoin ({}, {}): on [{}]{}",
+        join.join_type,
+        if keys.windows.is_some() {
+            "per window"
+        } else {
+            "over the whole input"
+        },
+        keys.text.join(", "),
+        join.filter
+            .as_ref()
+            .map(|f| format!(", filter {f}"))
+            .unwrap_or_default()
     )
 }

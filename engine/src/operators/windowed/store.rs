@@ -1,9 +1,9 @@
-//! How window aggregation state lives in the task's store.
+//! How the state of windowed operators lives in the task's store.
 //!
-//! A window's state may be split over several *parts*: partial aggregates (group keys plus
-//! each accumulator's `state()` arrays, as one Arrow IPC batch) written when the window was
-//! spilled for memory or snapshotted at a barrier. Parts are merged back (`merge_batch`) when
-//! the window fires. Keys are `prefix | end | epoch | counter`, big-endian, so the parts of a
+//! A window's state may be split over several *parts*, each one Arrow IPC batch written when
+//! the window was spilled for memory or snapshotted at a barrier: partial aggregates (group
+//! keys plus each accumulator's `state()` arrays) for an aggregation, buffered rows for a join
+//! or the emit-order step. The operator merges them back when the window fires. Keys are `prefix | end | epoch | counter`, big-endian, so the parts of a
 //! window are one key range: firing reads it, dropping it is one range delete, and windows
 //! come out of a scan in order of end.
 
@@ -15,6 +15,7 @@ use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 
+use super::WindowBound;
 use crate::error::{EngineError, Result};
 use crate::message::EventTime;
 use crate::runtime::partition_of_rows;
@@ -36,18 +37,49 @@ fn decode_end(bytes: &[u8]) -> Result<EventTime> {
     Ok((u64::from_be_bytes(b) ^ (1 << 63)) as i64)
 }
 
-/// Which columns of a part route it to an instance: the group keys, or without keys the
-/// window itself (as the keyed exchange does).
-#[derive(Debug, Clone, Copy)]
+/// How a restore at another parallelism finds the parts' rows that belong to an instance: by
+/// the same columns the keyed exchange routes rows by, hashed by [`partition_of_rows`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartRoute {
+    /// The first `n` columns of a part are the exchange's keys.
     Keys(usize),
-    /// No keys: the window column, `end - shift`.
-    Window {
-        shift: i64,
-    },
+    /// No keys: the exchange routes by the window column, which holds this bound of the
+    /// part's window.
+    Window(WindowBound),
+    /// The stage runs as one instance fed by a merge: every part is instance 0's.
+    Single,
 }
 
-/// The stored parts of one window aggregation instance.
+impl PartRoute {
+    /// Rows of `part` (stored under the window ending at `end`) that route to `instance`.
+    fn rows_of(
+        self,
+        part: &RecordBatch,
+        end: EventTime,
+        instance: usize,
+        parallelism: usize,
+    ) -> Result<Vec<u32>> {
+        let columns: Vec<ArrayRef> = match self {
+            PartRoute::Keys(n) => part.columns()[..n].to_vec(),
+            PartRoute::Window(bound) => vec![Arc::new(TimestampNanosecondArray::from_value(
+                bound.value_of(end),
+                part.num_rows(),
+            ))],
+            PartRoute::Single => {
+                let all = if instance == 0 { part.num_rows() } else { 0 };
+                return Ok((0..all as u32).collect());
+            }
+        };
+        Ok(partition_of_rows(&columns, parallelism)?
+            .into_iter()
+            .enumerate()
+            .filter(|(_, to)| *to as usize == instance)
+            .map(|(row, _)| row as u32)
+            .collect())
+    }
+}
+
+/// The stored parts of one windowed operator instance (one side of a join).
 pub struct WindowStore {
     handle: StateHandle,
     /// Ends of windows with parts in the store.
@@ -70,58 +102,60 @@ impl WindowStore {
         let Some(restore) = me.handle.restore() else {
             return Ok(me);
         };
-        let (lo, hi) = me.handle.all();
         match restore.repartition {
-            None => {
-                // Restored in place: find the windows by seeking from one end to the next.
-                let store = me.handle.store()?;
-                let mut from = lo.clone();
-                while let Some(key) = store.first_key(&from, &hi)? {
-                    let end = decode_end(&key[me.handle.prefix_len()..])?;
-                    me.stored.insert(end);
-                    if end == EventTime::MAX {
-                        break;
-                    }
-                    from = me.handle.key(&encode_end(end + 1));
-                }
-            }
+            None => me.find_stored()?,
             Some((instance, parallelism)) => {
                 let sources: Vec<Arc<dyn StateBackend>> = restore.stores.clone();
-                let store = me.handle.store()?;
                 for old in sources {
-                    for (key, value) in old.scan(&lo, &hi)? {
-                        let end = decode_end(&key[me.handle.prefix_len()..])?;
-                        let part = decode_batch(&value)?;
-                        let route_columns: Vec<ArrayRef> = match route {
-                            PartRoute::Keys(n) => part.columns()[..n].to_vec(),
-                            PartRoute::Window { shift } => {
-                                vec![Arc::new(TimestampNanosecondArray::from_value(
-                                    end - shift,
-                                    part.num_rows(),
-                                ))]
-                            }
-                        };
-                        let mine: Vec<u32> = partition_of_rows(&route_columns, parallelism)?
-                            .into_iter()
-                            .enumerate()
-                            .filter(|(_, to)| *to as usize == instance)
-                            .map(|(row, _)| row as u32)
-                            .collect();
-                        if mine.is_empty() {
-                            continue;
-                        }
-                        let kept = take_record_batch(&part, &UInt32Array::from(mine))?;
-                        let key = me.next_key(end, 0);
-                        store.write(WriteBatch {
-                            puts: vec![(key, encode_batch(&kept)?)],
-                            delete_ranges: vec![],
-                        })?;
-                        me.stored.insert(end);
-                    }
+                    me.copy_mine(old.as_ref(), route, instance, parallelism)?;
                 }
             }
         }
         Ok(me)
+    }
+
+    /// Restored in place: finds the windows by seeking from one end to the next.
+    fn find_stored(&mut self) -> Result<()> {
+        let (lo, hi) = self.handle.all();
+        let store = self.handle.store()?;
+        let mut from = lo;
+        while let Some(key) = store.first_key(&from, &hi)? {
+            let end = decode_end(&key[self.handle.prefix_len()..])?;
+            self.stored.insert(end);
+            if end == EventTime::MAX {
+                break;
+            }
+            from = self.handle.key(&encode_end(end + 1));
+        }
+        Ok(())
+    }
+
+    /// Copies the rows of `old`'s parts that route to `instance` into the working store.
+    fn copy_mine(
+        &mut self,
+        old: &dyn StateBackend,
+        route: PartRoute,
+        instance: usize,
+        parallelism: usize,
+    ) -> Result<()> {
+        let (lo, hi) = self.handle.all();
+        let store = self.handle.store()?;
+        for (key, value) in old.scan(&lo, &hi)? {
+            let end = decode_end(&key[self.handle.prefix_len()..])?;
+            let part = decode_batch(&value)?;
+            let mine = route.rows_of(&part, end, instance, parallelism)?;
+            if mine.is_empty() {
+                continue;
+            }
+            let kept = take_record_batch(&part, &UInt32Array::from(mine))?;
+            let key = self.next_key(end, 0);
+            store.write(WriteBatch {
+                puts: vec![(key, encode_batch(&kept)?)],
+                delete_ranges: vec![],
+            })?;
+            self.stored.insert(end);
+        }
+        Ok(())
     }
 
     fn next_key(&mut self, end: EventTime, epoch: u64) -> Vec<u8> {
@@ -156,22 +190,6 @@ impl WindowStore {
     /// Ends of stored windows at or before `watermark`, in order.
     pub fn ready(&self, watermark: EventTime) -> Vec<EventTime> {
         self.stored.range(..=watermark).copied().collect()
-    }
-
-    /// Ends of windows at or before `watermark` held here or in `memory` (an operator's
-    /// in-memory windows, by end), in order, each once: the windows to fire.
-    pub fn ready_with<'a, V: 'a>(
-        &self,
-        watermark: EventTime,
-        memory: impl IntoIterator<Item = &'a std::collections::BTreeMap<EventTime, V>>,
-    ) -> Vec<EventTime> {
-        let mut ready = self.ready(watermark);
-        for m in memory {
-            ready.extend(m.range(..=watermark).map(|(end, _)| *end));
-        }
-        ready.sort_unstable();
-        ready.dedup();
-        ready
     }
 
     /// Whether a window has parts in the store.

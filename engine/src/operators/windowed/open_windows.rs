@@ -1,0 +1,263 @@
+//! [`OpenWindows`]: the open windows of one windowed operator instance, in memory up to the
+//! task's budget and in the task's store past it.
+//!
+//! It owns what every windowed operator does the same way: which windows are open (in memory,
+//! in the store, or declared), dropping and counting rows of windows that already fired,
+//! keeping memory within the budget by spilling the windows that fire last, firing in order of
+//! end, and writing everything held to the store at a barrier. What a window holds and how it
+//! turns into parts and back is the operator's: a [`WindowContents`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use super::runs::{split_by_window, Run};
+use super::store::{PartRoute, WindowStore};
+use crate::error::Result;
+use crate::message::{EventTime, WATERMARK_MIN};
+use crate::metrics::JobMetrics;
+use crate::state::StateHandle;
+
+/// What an operator keeps in memory for one open window.
+pub trait WindowContents {
+    /// Bytes held in memory.
+    fn bytes(&self) -> usize;
+}
+
+/// Rows held for a window as they arrived (a join's side, the emit-order step).
+#[derive(Debug, Default)]
+pub struct BufferedRows {
+    batches: Vec<RecordBatch>,
+    bytes: usize,
+}
+
+impl BufferedRows {
+    pub fn push(&mut self, batch: RecordBatch) {
+        self.bytes += batch.get_array_memory_size();
+        self.batches.push(batch);
+    }
+
+    /// The rows as one part, in arrival order (`None` when there are none).
+    pub fn into_part(self, schema: &SchemaRef) -> Result<Option<RecordBatch>> {
+        match self.batches.len() {
+            0 => Ok(None),
+            1 => Ok(self.batches.into_iter().next()),
+            _ => Ok(Some(concat_batches(schema, &self.batches)?)),
+        }
+    }
+
+    pub fn into_batches(self) -> Vec<RecordBatch> {
+        self.batches
+    }
+}
+
+impl WindowContents for BufferedRows {
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// The windows of one input of an operator (a join has two, kept apart).
+struct Lane<T> {
+    memory: BTreeMap<EventTime, T>,
+    store: WindowStore,
+    /// The layout of this lane's stored parts.
+    part_schema: SchemaRef,
+}
+
+/// Where a lane keeps its state and how its parts look.
+pub struct LaneState {
+    pub handle: StateHandle,
+    /// How a restore at another parallelism picks this instance's rows of a part.
+    pub route: PartRoute,
+    /// The layout of a stored part.
+    pub part_schema: SchemaRef,
+}
+
+/// A window's state as [`OpenWindows::take`] hands it back when the window fires.
+pub struct Taken<T> {
+    /// What was still in memory.
+    pub memory: Option<T>,
+    /// Parts written to the store (spilled, or snapshotted at barriers), in the order written.
+    pub parts: Vec<RecordBatch>,
+}
+
+/// The open windows of an operator instance, by end, over one or more lanes.
+pub struct OpenWindows<T> {
+    lanes: Vec<Lane<T>>,
+    /// Windows that fire even when they hold nothing (a global aggregate's one window).
+    declared: BTreeSet<EventTime>,
+    /// Bytes held in memory over every lane.
+    held: usize,
+    /// Bytes that may be held before windows are spilled.
+    budget: usize,
+    watermark: EventTime,
+}
+
+impl<T: WindowContents> OpenWindows<T> {
+    /// Opens the lanes' stores (restoring their parts after a restart). `budget` is the
+    /// memory the windows may hold; `restored_epoch` the checkpoint the job resumed from.
+    pub fn open(lanes: Vec<LaneState>, budget: usize, restored_epoch: u64) -> Result<Self> {
+        let lanes = lanes
+            .into_iter()
+            .map(|l| {
+                Ok(Lane {
+                    memory: BTreeMap::new(),
+                    store: WindowStore::open(l.handle, l.route, restored_epoch)?,
+                    part_schema: l.part_schema,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            lanes,
+            declared: BTreeSet::new(),
+            held: 0,
+            budget,
+            watermark: WATERMARK_MIN,
+        })
+    }
+
+    /// The highest watermark seen.
+    pub fn watermark(&self) -> EventTime {
+        self.watermark
+    }
+
+    /// Declares the window ending at `end` open even while it holds nothing, so it fires.
+    pub fn declare(&mut self, end: EventTime) {
+        self.declared.insert(end);
+    }
+
+    /// Splits rows by window (`ends[row]`), dropping the runs of windows that already fired:
+    /// their rows are late and counted in `metrics`.
+    pub fn open_runs(&self, ends: &[EventTime], metrics: &JobMetrics) -> Vec<Run> {
+        let mut runs = split_by_window(ends);
+        runs.retain(|run| {
+            let late = run.end <= self.watermark;
+            if late {
+                metrics.add_late_rows(run.len() as u64);
+            }
+            !late
+        });
+        runs
+    }
+
+    /// Changes the window ending at `end` in `lane`'s memory, made by `create` if absent.
+    pub fn update<R>(
+        &mut self,
+        lane: usize,
+        end: EventTime,
+        create: impl FnOnce() -> Result<T>,
+        change: impl FnOnce(&mut T) -> Result<R>,
+    ) -> Result<R> {
+        let memory = &mut self.lanes[lane].memory;
+        let (window, before) = match memory.entry(end) {
+            std::collections::btree_map::Entry::Occupied(o) => {
+                let w = o.into_mut();
+                let before = w.bytes();
+                (w, before)
+            }
+            std::collections::btree_map::Entry::Vacant(v) => (v.insert(create()?), 0),
+        };
+        let result = change(window);
+        self.held = (self.held + window.bytes()).saturating_sub(before);
+        result
+    }
+
+    /// When memory holds more than the budget, writes windows to the store, those that fire
+    /// last first (every lane's part of a window together), until at most half of it is held.
+    /// `to_part` turns a lane's window into the part to store (`None`: nothing to store).
+    pub fn enforce_budget(
+        &mut self,
+        to_part: impl FnMut(usize, T) -> Result<Option<RecordBatch>>,
+    ) -> Result<()> {
+        if self.budget == usize::MAX || self.held <= self.budget {
+            return Ok(());
+        }
+        let mut by_end: BTreeMap<EventTime, usize> = BTreeMap::new();
+        for lane in &self.lanes {
+            for (end, window) in &lane.memory {
+                *by_end.entry(*end).or_default() += window.bytes();
+            }
+        }
+        let mut remaining = self.held;
+        let mut from = None;
+        for (end, bytes) in by_end.iter().rev() {
+            if remaining <= self.budget / 2 {
+                break;
+            }
+            remaining = remaining.saturating_sub(*bytes);
+            from = Some(*end);
+        }
+        match from {
+            Some(from) => self.spill_from(from, to_part),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes every lane's windows ending at or after `from` to the store.
+    fn spill_from(
+        &mut self,
+        from: EventTime,
+        mut to_part: impl FnMut(usize, T) -> Result<Option<RecordBatch>>,
+    ) -> Result<()> {
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            let moved = lane.memory.split_off(&from);
+            let mut parts = Vec::with_capacity(moved.len());
+            for (end, window) in moved {
+                self.held = self.held.saturating_sub(window.bytes());
+                if let Some(part) = to_part(i, window)? {
+                    parts.push((end, part));
+                }
+            }
+            lane.store.write_parts(parts)?;
+        }
+        Ok(())
+    }
+
+    /// The watermark advanced to `watermark`: the ends of the windows to fire now, in order,
+    /// each once. The caller fires each (with [`Self::take`] on every lane).
+    pub fn advance(&mut self, watermark: EventTime) -> Vec<EventTime> {
+        self.watermark = self.watermark.max(watermark);
+        let w = self.watermark;
+        let mut ready: Vec<EventTime> = self.declared.range(..=w).copied().collect();
+        for lane in &self.lanes {
+            ready.extend(lane.store.ready(w));
+            ready.extend(lane.memory.range(..=w).map(|(end, _)| *end));
+        }
+        ready.sort_unstable();
+        ready.dedup();
+        ready
+    }
+
+    /// Removes the window ending at `end` from `lane`: its memory and its stored parts.
+    pub fn take(&mut self, lane: usize, end: EventTime) -> Result<Taken<T>> {
+        self.declared.remove(&end);
+        let lane = &mut self.lanes[lane];
+        let memory = lane.memory.remove(&end);
+        if let Some(w) = &memory {
+            self.held = self.held.saturating_sub(w.bytes());
+        }
+        let parts = if lane.store.has(end) {
+            lane.store.take(end, &lane.part_schema)?
+        } else {
+            Vec::new()
+        };
+        Ok(Taken { memory, parts })
+    }
+
+    /// A barrier of `epoch`: writes every window held in memory to the store, so the store
+    /// holds the whole state of the epoch; later parts belong to the next epoch.
+    pub fn snapshot(
+        &mut self,
+        epoch: u64,
+        to_part: impl FnMut(usize, T) -> Result<Option<RecordBatch>>,
+    ) -> Result<()> {
+        self.spill_from(EventTime::MIN, to_part)?;
+        for lane in &mut self.lanes {
+            lane.store.next_epoch(epoch);
+        }
+        Ok(())
+    }
+}

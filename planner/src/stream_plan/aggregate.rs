@@ -1,0 +1,206 @@
+//! Planning aggregations: a [`WindowAggregateSpec`] per GROUP BY, behind a keyed exchange on
+//! its non-window keys (or, without any, on its window column).
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{Aggregate, Expr};
+use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggregateBuilder};
+use datafusion::physical_expr::expressions::Column as PhysicalColumn;
+use datafusion::physical_expr::PhysicalExpr;
+use weir_engine::operators::{
+    GroupColumn, WindowAggregateSpec, WindowBound, WindowColumn, WindowEdge,
+};
+use weir_engine::{Partitioning, Stage, StageInput};
+
+use super::{arrow_schema, exprs_text, Stream, StreamPlanner};
+use crate::error::Result;
+use crate::{invalid, not_supported};
+
+/// The GROUP BY list, split into the window and the other keys.
+struct GroupBy {
+    /// Keys other than the window columns, evaluated on the input.
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// The GROUP BY list in output order.
+    group_columns: Vec<GroupColumn>,
+    /// The window grouped by: its `window_end` if grouped by one, else its `window_start`.
+    window: Option<WindowColumn>,
+    /// The window bound each output column holds (the group columns, then the aggregates).
+    out_windows: Vec<Option<WindowBound>>,
+}
+
+/// The aggregate expressions lowered, with their `FILTER (WHERE ...)`.
+type Lowered = (
+    Vec<Arc<AggregateFunctionExpr>>,
+    Vec<Option<Arc<dyn PhysicalExpr>>>,
+);
+
+impl StreamPlanner<'_> {
+    /// A windowed (or, over bounded input, whole-input) aggregation in its own stage, unless
+    /// it can be chained into its input's.
+    pub(super) fn plan_aggregate(&mut self, agg: &Aggregate) -> Result<Stream> {
+        let input = self.plan(&agg.input)?;
+        if agg
+            .group_expr
+            .iter()
+            .any(|e| matches!(e, Expr::GroupingSet(_)))
+        {
+            return Err(not_supported!("GROUPING SETS, CUBE and ROLLUP"));
+        }
+        let input_arrow = arrow_schema(&input.schema);
+        let mut group_by = self.group_by(agg, &input)?;
+        if group_by.window.is_none() && !input.bounded {
+            return Err(not_supported!(
+                "GROUP BY without window_start or window_end over an unbounded source; aggregate over TUMBLE(...) or HOP(...) windows"
+            ));
+        }
+        let (aggregates, filters) = self.lower_aggregates(agg, &input, &input_arrow)?;
+        group_by
+            .out_windows
+            .extend(std::iter::repeat_n(None, agg.aggr_expr.len()));
+        if group_by.out_windows.len() != agg.schema.fields().len() {
+            return Err(invalid!(
+                "aggregate output has {} columns, expected {}",
+                agg.schema.fields().len(),
+                group_by.out_windows.len()
+            ));
+        }
+        let window_text = match group_by.window {
+            Some(_) => "per window",
+            None => "over the whole input",
+        };
+        let spec = WindowAggregateSpec {
+            input_schema: Arc::clone(&input_arrow),
+            keys: group_by.keys.clone(),
+            window: group_by.window,
+            group_columns: group_by.group_columns,
+            aggregates,
+            filters,
+            output_schema: arrow_schema(&agg.schema),
+            description: format!(
+                "WindowAggregate ({window_text}): group by [{}], aggregates [{}]",
+                exprs_text(&agg.group_expr),
+                exprs_text(&agg.aggr_expr)
+            ),
+        };
+        let stage = self.aggregate_stage(&input, group_by.keys, group_by.window, &input_arrow);
+        self.stages[stage].chain.push(Arc::new(spec));
+        Ok(Stream {
+            stage,
+            schema: agg.schema.clone(),
+            windows: group_by.out_windows,
+            bounded: input.bounded,
+            unordered: true,
+        })
+    }
+
+    /// Splits the GROUP BY list: window columns (traced through the input) and other keys.
+    fn group_by(&self, agg: &Aggregate, input: &Stream) -> Result<GroupBy> {
+        let mut g = GroupBy {
+            keys: Vec::new(),
+            group_columns: Vec::new(),
+            window: None,
+            out_windows: Vec::new(),
+        };
+        for e in &agg.group_expr {
+            let lineage = match e.clone().unalias() {
+                Expr::Column(c) => input
+                    .schema
+                    .index_of_column(&c)
+                    .ok()
+                    .and_then(|i| input.windows[i].map(|w| (i, w))),
+                _ => None,
+            };
+            match lineage {
+                Some((column, bound)) if bound.edge == WindowEdge::Start => {
+                    g.group_columns.push(GroupColumn::WindowStart);
+                    if g.window.is_none() {
+                        g.window = Some(WindowColumn::new(column, bound));
+                    }
+                    g.out_windows.push(Some(bound));
+                }
+                Some((column, bound)) => {
+                    g.group_columns.push(GroupColumn::WindowEnd);
+                    g.window = Some(WindowColumn::new(column, bound));
+                    g.out_windows.push(Some(bound));
+                }
+                None => {
+                    g.group_columns.push(GroupColumn::Key(g.keys.len()));
+                    g.keys.push(self.physical(e, &input.schema)?);
+                    g.out_windows.push(None);
+                }
+            }
+        }
+        Ok(g)
+    }
+
+    /// The aggregate expressions as physical aggregates over the input.
+    fn lower_aggregates(
+        &self,
+        agg: &Aggregate,
+        input: &Stream,
+        input_arrow: &SchemaRef,
+    ) -> Result<Lowered> {
+        let planning = PhysicalPlanningContext::default();
+        let mut aggregates = Vec::new();
+        let mut filters = Vec::new();
+        for e in &agg.aggr_expr {
+            let lowered =
+                LoweredAggregateBuilder::new(e, &input.schema, input_arrow, self.props, &planning)
+                    .build()?;
+            if !lowered.order_bys.is_empty() {
+                return Err(not_supported!("ORDER BY inside an aggregate ({e})"));
+            }
+            aggregates.push(lowered.aggregate);
+            filters.push(lowered.filter);
+        }
+        Ok((aggregates, filters))
+    }
+
+    /// The stage the aggregation runs in: behind a keyed exchange on `keys` (without keys, on
+    /// the window column, so windows spread over instances), or chained into its input's
+    /// stage when both run as one instance.
+    fn aggregate_stage(
+        &mut self,
+        input: &Stream,
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+        window: Option<WindowColumn>,
+        input_arrow: &SchemaRef,
+    ) -> usize {
+        let route: Vec<Arc<dyn PhysicalExpr>> = match (keys.is_empty(), window) {
+            (false, _) => keys,
+            (true, Some(WindowColumn { index, .. })) => {
+                vec![Arc::new(PhysicalColumn::new(
+                    input_arrow.field(index).name(),
+                    index,
+                ))]
+            }
+            (true, None) => vec![],
+        };
+        let parallelism = if route.is_empty() {
+            1
+        } else {
+            self.parallelism
+        };
+        let chain = !self.fixed_shape && parallelism == 1;
+        if chain && self.stages[input.stage].parallelism == 1 {
+            return input.stage;
+        }
+        self.stages.push(Stage {
+            name: "aggregate".into(),
+            parallelism,
+            source: None,
+            inputs: vec![StageInput {
+                from: input.stage,
+                partitioning: if parallelism == 1 {
+                    Partitioning::Single
+                } else {
+                    Partitioning::Hash(route)
+                },
+            }],
+            chain: vec![],
+        });
+        self.stages.len() - 1
+    }
+}
