@@ -37,9 +37,38 @@ pub enum EngineError {
     /// A bug in weir: an invariant did not hold.
     #[error("internal error: {0}")]
     Internal(String),
+    /// One of the above, with where it happened (the stage and instance of the task, the
+    /// operator). [`EngineError::root`] is the error itself.
+    /// (Not a `#[source]`: the message already holds the inner one, and error reporters
+    /// that print the chain would repeat it.)
+    #[error("{location}: {error}")]
+    At {
+        location: String,
+        error: Box<EngineError>,
+    },
 }
 
 impl EngineError {
+    /// This error, said to have happened at `location` (a cancellation stays as it is: it
+    /// is no failure of that place).
+    pub fn at(self, location: impl Into<String>) -> Self {
+        match self {
+            EngineError::Cancelled => self,
+            e => EngineError::At {
+                location: location.into(),
+                error: Box::new(e),
+            },
+        }
+    }
+
+    /// The error without the locations around it: what kind of failure it is.
+    pub fn root(&self) -> &EngineError {
+        match self {
+            EngineError::At { error, .. } => error.root(),
+            e => e,
+        }
+    }
+
     /// An I/O error with a sentence saying what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         EngineError::Io {

@@ -96,8 +96,9 @@ impl ContextProvider for PlanningContext<'_> {
                 schema: Arc::clone(&def.schema),
                 kind: ScanKind::Table(def.name.clone()),
             })),
-            None => Err(DataFusionError::Plan(format!(
-                "table '{name}' does not exist"
+            // Typed, so that the error comes out of DataFusion's planner as UnknownTable.
+            None => Err(DataFusionError::External(Box::new(
+                crate::error::PlanError::UnknownTable(name.to_string()),
             ))),
         }
     }

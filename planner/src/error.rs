@@ -30,7 +30,7 @@ pub enum PlanError {
     #[error(transparent)]
     Connector(#[from] ConnectorError),
     #[error("{}", datafusion_message(.0))]
-    DataFusion(#[from] DataFusionError),
+    DataFusion(DataFusionError),
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error("{context}: {source}")]
@@ -57,11 +57,17 @@ fn datafusion_message(e: &DataFusionError) -> String {
     text.trim().to_string()
 }
 
-/// DataFusion's planner reports a missing table (from weir's context provider) as a plan
-/// error.
-fn is_unknown_table(e: &DataFusionError) -> bool {
-    let m = datafusion_message(e);
-    m.starts_with("table '") && m.ends_with("does not exist")
+impl From<DataFusionError> for PlanError {
+    /// A missing table comes back through DataFusion's planner as the typed error weir's
+    /// context provider raised.
+    fn from(e: DataFusionError) -> Self {
+        if let DataFusionError::External(inner) = e.find_root() {
+            if let Some(PlanError::UnknownTable(name)) = inner.downcast_ref::<PlanError>() {
+                return PlanError::UnknownTable(name.clone());
+            }
+        }
+        PlanError::DataFusion(e)
+    }
 }
 
 impl PlanError {
@@ -85,14 +91,17 @@ impl PlanError {
             {
                 "42703"
             }
-            PlanError::DataFusion(e) if is_unknown_table(e) => "42P01",
             PlanError::DataFusion(_) | PlanError::Invalid(_) => "42000",
             PlanError::Connector(_) => "22023",
-            PlanError::Engine(EngineError::BadInput(_)) => "22P02",
-            PlanError::Engine(EngineError::Cancelled) => "57014",
-            PlanError::Engine(EngineError::External(_)) => "58000",
+            PlanError::Engine(e) => match e.root() {
+                EngineError::BadInput(_) => "22P02",
+                EngineError::Cancelled => "57014",
+                EngineError::External(_) => "58000",
+                EngineError::Io { .. } => "58030",
+                _ => "XX000",
+            },
             PlanError::Io { .. } => "58030",
-            PlanError::Engine(_) | PlanError::Internal(_) => "XX000",
+            PlanError::Internal(_) => "XX000",
         }
     }
 }

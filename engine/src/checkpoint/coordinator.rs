@@ -75,7 +75,7 @@ struct InFlight {
     state: Vec<(TaskId, String)>,
     commits: Vec<PendingCommit>,
     acked: BTreeSet<TaskId>,
-    error: Option<String>,
+    error: Option<EngineError>,
 }
 
 /// How the coordinator ended.
@@ -269,7 +269,7 @@ impl Coordinator {
                 f.state.extend(state.map(|s| (task, s)));
                 f.commits.extend(pending(task, epoch, commits));
                 if let Some(e) = error {
-                    f.error.get_or_insert(format!("task {task}: {e}"));
+                    f.error.get_or_insert(e.at(format!("task {task}")));
                 }
             }
             TaskReport::Finished {
@@ -323,7 +323,7 @@ impl Coordinator {
             crate::fault::crash_at("before_manifest", f.epoch);
         }
         let written = match f.error {
-            Some(e) => Err(EngineError::State(e)),
+            Some(e) => Err(e),
             None => self.dir.write_manifest(&manifest),
         };
         if written.is_ok() && pending_output {

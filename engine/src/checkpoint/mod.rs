@@ -22,7 +22,7 @@ pub use manifest::{JobDir, Manifest, PendingCommit, SourceCheckpoint, TaskId};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 
 /// How a durable job checkpoints.
 #[derive(Debug, Clone)]
@@ -61,7 +61,7 @@ pub enum TaskReport {
         commits: Vec<(usize, Vec<u8>)>,
         /// The task could not write its part of the checkpoint: the checkpoint fails, the
         /// job goes on.
-        error: Option<String>,
+        error: Option<EngineError>,
     },
     /// The task's inputs ended and it flushed everything.
     Finished {

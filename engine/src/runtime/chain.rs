@@ -2,9 +2,14 @@
 
 use datafusion::arrow::record_batch::RecordBatch;
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::message::EventTime;
 use crate::operator::{Operator, Output};
+
+/// An operator's error, saying which operator it was.
+fn at_operator(op: &dyn Operator, e: EngineError) -> EngineError {
+    e.at(format!("operator {}", op.name()))
+}
 
 /// The operators of one task, in order.
 pub struct Chain {
@@ -28,7 +33,8 @@ impl Chain {
                 break;
             }
             for b in batches {
-                op.process_batch(b, 0, &mut out)?;
+                op.process_batch(b, 0, &mut out)
+                    .map_err(|e| at_operator(op.as_ref(), e))?;
             }
             batches = out.take();
         }
@@ -41,7 +47,9 @@ impl Chain {
             return Ok(vec![batch]);
         };
         let mut out = Output::default();
-        first.process_batch(batch, input, &mut out)?;
+        first
+            .process_batch(batch, input, &mut out)
+            .map_err(|e| at_operator(first.as_ref(), e))?;
         self.push_from(1, out.take())
     }
 
@@ -54,7 +62,10 @@ impl Chain {
         let mut emitted = Vec::new();
         for i in 0..self.ops.len() {
             let mut out = Output::default();
-            watermark = self.ops[i].on_watermark(watermark, &mut out)?;
+            let op = &mut self.ops[i];
+            watermark = op
+                .on_watermark(watermark, &mut out)
+                .map_err(|e| at_operator(op.as_ref(), e))?;
             emitted.extend(self.push_from(i + 1, out.take())?);
         }
         Ok((emitted, watermark))
@@ -65,7 +76,10 @@ impl Chain {
     pub fn snapshot(&mut self, epoch: u64) -> Result<Vec<(usize, Vec<u8>)>> {
         let mut commits = Vec::new();
         for (i, op) in self.ops.iter_mut().enumerate() {
-            if let Some(payload) = op.snapshot(epoch)? {
+            let payload = op
+                .snapshot(epoch)
+                .map_err(|e| at_operator(op.as_ref(), e))?;
+            if let Some(payload) = payload {
                 commits.push((i, payload));
             }
         }
@@ -77,7 +91,9 @@ impl Chain {
         let mut emitted = Vec::new();
         for i in 0..self.ops.len() {
             let mut out = Output::default();
-            self.ops[i].finish(&mut out)?;
+            let op = &mut self.ops[i];
+            op.finish(&mut out)
+                .map_err(|e| at_operator(op.as_ref(), e))?;
             emitted.extend(self.push_from(i + 1, out.take())?);
         }
         Ok(emitted)

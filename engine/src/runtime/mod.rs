@@ -164,7 +164,7 @@ impl JobHandle {
         let metrics = Arc::clone(&self.control.metrics);
         match self.wait() {
             Ok(m) => Ok(m),
-            Err(EngineError::Cancelled) => Ok(metrics.snapshot()),
+            Err(e) if matches!(e.root(), EngineError::Cancelled) => Ok(metrics.snapshot()),
             Err(e) => Err(e),
         }
     }
@@ -481,6 +481,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
             let outs = Outlets(outs);
             let shared_t = Arc::clone(&shared);
             let thread_name = format!("weir-{}-{}-{instance}", si, stage.name);
+            let location = format!("stage {si} ({}), instance {instance}", stage.name);
             let checkpoint = job_dir.as_ref().map(|dir| TaskCheckpoint {
                 task,
                 reports: report_tx.clone(),
@@ -537,7 +538,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                             &shared_t.cancel,
                             control,
                         );
-                        shared_t.task_ended(r);
+                        shared_t.task_ended(&location, r);
                     })
             } else {
                 let gate = InputGate::new(ins, config.align_barriers);
@@ -545,7 +546,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                     .name(thread_name)
                     .spawn(move || {
                         let r = run_operator_task(gate, chain, outs, checkpoint);
-                        shared_t.task_ended(r);
+                        shared_t.task_ended(&location, r);
                     })
             };
             match spawned {
@@ -580,7 +581,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
                         || shared_c.cancel.load(Ordering::Relaxed),
                         || shared_c.stop.load(Ordering::Relaxed),
                     );
-                    shared_c.task_ended(r.map(|_| ()).map_err(TaskExit::Failed));
+                    shared_c.task_ended("checkpoints", r.map(|_| ()).map_err(TaskExit::Failed));
                 });
             match spawned {
                 Ok(t) => threads.push(t),

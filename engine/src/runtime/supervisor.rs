@@ -41,7 +41,7 @@ impl EngineError {
     /// checkpoint: an external system or I/O failed, not the data or weir itself.
     pub fn is_transient(&self) -> bool {
         matches!(
-            self,
+            self.root(),
             EngineError::External(_) | EngineError::Io { .. } | EngineError::State(_)
         )
     }

@@ -81,7 +81,7 @@ impl TaskCheckpoint {
         {
             Ok(true) => (Some(relative), None),
             Ok(false) => (None, None),
-            Err(e) => (None, Some(e.to_string())),
+            Err(e) => (None, Some(e)),
         };
         self.last_epoch = barrier.epoch;
         self.report(TaskReport::Ack {
@@ -287,11 +287,11 @@ pub struct JobShared {
 }
 
 impl JobShared {
-    /// Records how a task ended; a failure cancels the rest of the job.
-    pub fn task_ended(self: &Arc<Self>, result: Result<(), TaskExit>) {
+    /// Records how the task at `location` ended; a failure cancels the rest of the job.
+    pub fn task_ended(self: &Arc<Self>, location: &str, result: Result<(), TaskExit>) {
         if let Err(TaskExit::Failed(e)) = result {
             if let Ok(mut slot) = self.error.lock() {
-                slot.get_or_insert(e);
+                slot.get_or_insert(e.at(location));
             }
             self.cancel.store(true, Ordering::Relaxed);
         }

@@ -57,7 +57,9 @@ impl ManagedJob {
                     _ => (JobState::Stopped, None),
                 }
             }
-            Err(weir_engine::EngineError::Cancelled) => (JobState::Stopped, None),
+            Err(e) if matches!(e.root(), weir_engine::EngineError::Cancelled) => {
+                (JobState::Stopped, None)
+            }
             Err(e) => (JobState::Failed, Some(e.to_string())),
         };
         self.record.state = state;
