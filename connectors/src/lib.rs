@@ -9,6 +9,7 @@ pub mod file;
 pub mod kafka;
 pub mod nexmark;
 pub mod options;
+pub mod pg_types;
 pub mod rate;
 pub mod sinks;
 

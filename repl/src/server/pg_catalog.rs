@@ -266,23 +266,11 @@ const OWNER_OID: i64 = 10;
 
 /// PostgreSQL type oid, name for format_type, and information_schema's data_type.
 fn pg_type_of(dt: &DataType) -> (i64, &'static str) {
-    use pgwire::api::Type;
     let ty = super::rows::pg_type(dt);
-    let name = match ty {
-        Type::BOOL => "boolean",
-        Type::INT2 => "smallint",
-        Type::INT4 => "integer",
-        Type::INT8 => "bigint",
-        Type::FLOAT4 => "real",
-        Type::FLOAT8 => "double precision",
-        Type::NUMERIC => "numeric",
-        Type::TIMESTAMP => "timestamp without time zone",
-        Type::TIMESTAMPTZ => "timestamp with time zone",
-        Type::DATE => "date",
-        Type::BYTEA => "bytea",
-        _ => "text",
-    };
-    (i64::from(ty.oid()), name)
+    (
+        i64::from(ty.oid()),
+        weir_connectors::pg_types::type_name(&ty),
+    )
 }
 
 /// Types listed in pg_type.

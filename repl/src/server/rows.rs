@@ -19,25 +19,8 @@ use pgwire::messages::data::DataRow;
 use rust_decimal::Decimal;
 use weir_planner::display::column_strings;
 
-/// The PostgreSQL type a column of this Arrow type is sent as.
-pub fn pg_type(dt: &DataType) -> Type {
-    match dt {
-        DataType::Boolean => Type::BOOL,
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => Type::INT2,
-        DataType::Int32 | DataType::UInt16 => Type::INT4,
-        DataType::Int64 | DataType::UInt32 => Type::INT8,
-        DataType::UInt64 => Type::NUMERIC,
-        DataType::Float16 | DataType::Float32 => Type::FLOAT4,
-        DataType::Float64 => Type::FLOAT8,
-        DataType::Decimal128(p, _) if *p <= 28 => Type::NUMERIC,
-        DataType::Timestamp(_, None) => Type::TIMESTAMP,
-        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
-        DataType::Date32 | DataType::Date64 => Type::DATE,
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Type::BYTEA,
-        // Strings, and everything else in weir's text form.
-        _ => Type::TEXT,
-    }
-}
+/// The PostgreSQL type a column of this Arrow type is sent as (the map the sink uses too).
+pub use weir_connectors::pg_types::pg_type;
 
 /// Field descriptions of a schema, in the formats the client asked for.
 pub fn fields(schema: &Schema, format: &Format) -> Vec<FieldInfo> {

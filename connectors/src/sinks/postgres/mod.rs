@@ -3,21 +3,30 @@
 //! [, create_table = 'true']) AS SELECT ...`.
 //!
 //! Exactly-once: each sink instance keeps one connection. The rows of epoch n go into one
-//! transaction (`BEGIN`, batched `INSERT`s); at barrier n it is prepared
+//! transaction (`BEGIN`, then `COPY ... FROM STDIN`: see [`encode`]); at barrier n it is prepared
 //! (`PREPARE TRANSACTION 'weir:<job>:<instance>:<n>'`: durable, invisible) and the gid is the
 //! pre-commit payload. After the checkpoint's manifest is written the committer runs
 //! `COMMIT PREPARED`; a gid that no longer exists was committed before and counts as done.
 //! On restart the committer commits the restored checkpoint's gids and rolls back every other
 //! prepared transaction of the job (`pg_prepared_xacts`).
 //!
-//! At-least-once: rows are inserted in autocommit transactions as they come.
+//! At-least-once: rows are copied in autocommit transactions as they come.
 //!
 //! With `primary_key`, rows are upserted (`ON CONFLICT (key) DO UPDATE`), so a replay after a
-//! crash overwrites instead of duplicating even at least once.
+//! crash overwrites instead of duplicating even at least once. COPY cannot upsert, and the
+//! usual way round it (COPY into a temporary table, then `INSERT ... SELECT ... ON CONFLICT`)
+//! is refused by `PREPARE TRANSACTION` (a transaction that touched a temporary table cannot be
+//! prepared), so upserts are prepared multi-row `INSERT ... VALUES ($1, ...), ... ON CONFLICT`
+//! statements whose parameters are the same encoded cells as COPY's (binary values; text
+//! values cast by the server). The rows of one flush are first reduced to the last row of
+//! each key, since one statement may not update a row twice.
+
+mod encode;
+mod write;
 
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
@@ -26,9 +35,10 @@ use weir_engine::{
     EngineError, Operator, OperatorFactory, Output, Result as EngineResult, TaskInfo,
 };
 
-use crate::display::batch_rows;
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
+use crate::pg_types::{column_type, compatible};
+use write::Target;
 
 const OPTIONS: &[&str] = &[
     "connector",
@@ -38,8 +48,8 @@ const OPTIONS: &[&str] = &[
     "create_table",
     "target_columns",
 ];
-/// Rows per INSERT statement.
-const ROWS_PER_INSERT: usize = 1000;
+/// Rows buffered before they are sent.
+const ROWS_PER_FLUSH: usize = 16_384;
 
 /// Plan node of a PostgreSQL sink.
 #[derive(Debug, Clone)]
@@ -84,52 +94,6 @@ fn ident(name: &str) -> String {
 /// A SQL string literal.
 fn literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
-}
-
-/// The PostgreSQL type a column gets when weir creates the table.
-fn pg_type(t: &DataType) -> String {
-    match t {
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => "SMALLINT".into(),
-        DataType::Int32 | DataType::UInt16 => "INTEGER".into(),
-        DataType::Int64 | DataType::UInt32 => "BIGINT".into(),
-        DataType::UInt64 => "NUMERIC(20, 0)".into(),
-        DataType::Float16 | DataType::Float32 => "REAL".into(),
-        DataType::Float64 => "DOUBLE PRECISION".into(),
-        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("NUMERIC({p}, {s})"),
-        DataType::Boolean => "BOOLEAN".into(),
-        DataType::Date32 | DataType::Date64 => "DATE".into(),
-        DataType::Timestamp(_, None) => "TIMESTAMP".into(),
-        DataType::Timestamp(_, Some(_)) => "TIMESTAMPTZ".into(),
-        _ => "TEXT".into(),
-    }
-}
-
-/// Whether values of an Arrow type can be stored in a column of PostgreSQL type `pg`
-/// (`information_schema.columns.data_type`). Text columns take anything.
-fn compatible(t: &DataType, pg: &str) -> bool {
-    let numeric = [
-        "smallint",
-        "integer",
-        "bigint",
-        "numeric",
-        "real",
-        "double precision",
-    ];
-    match t {
-        _ if pg == "text" || pg == "character varying" || pg == "character" => true,
-        t if t.is_integer()
-            || t.is_floating()
-            || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..)) =>
-        {
-            numeric.contains(&pg)
-        }
-        DataType::Boolean => pg == "boolean",
-        DataType::Timestamp(_, None) => pg.starts_with("timestamp"),
-        DataType::Timestamp(_, Some(_)) => pg == "timestamp with time zone",
-        DataType::Date32 | DataType::Date64 => pg == "date" || pg.starts_with("timestamp"),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => false,
-        _ => true,
-    }
 }
 
 impl PostgresSinkFactory {
@@ -249,7 +213,7 @@ impl PostgresSinkFactory {
                 .schema
                 .fields()
                 .iter()
-                .map(|f| format!("{} {}", ident(f.name()), pg_type(f.data_type())))
+                .map(|f| format!("{} {}", ident(f.name()), column_type(f.data_type())))
                 .collect();
             if !self.primary_key.is_empty() {
                 let keys: Vec<String> = self.primary_key.iter().map(|k| ident(k)).collect();
@@ -296,42 +260,6 @@ impl PostgresSinkFactory {
         Ok(())
     }
 
-    /// The INSERT statement for some rows (each already a `(v, ...)` tuple).
-    fn insert_sql(&self, tuples: &[String]) -> String {
-        let columns: Vec<String> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| ident(f.name()))
-            .collect();
-        let mut sql = format!(
-            "INSERT INTO {} ({}) VALUES {}",
-            ident(&self.table),
-            columns.join(", "),
-            tuples.join(", ")
-        );
-        if !self.primary_key.is_empty() {
-            let keys: Vec<String> = self.primary_key.iter().map(|k| ident(k)).collect();
-            let updates: Vec<String> = self
-                .schema
-                .fields()
-                .iter()
-                .filter(|f| !self.primary_key.contains(f.name()))
-                .map(|f| format!("{0} = EXCLUDED.{0}", ident(f.name())))
-                .collect();
-            if updates.is_empty() {
-                sql.push_str(&format!(" ON CONFLICT ({}) DO NOTHING", keys.join(", ")));
-            } else {
-                sql.push_str(&format!(
-                    " ON CONFLICT ({}) DO UPDATE SET {}",
-                    keys.join(", "),
-                    updates.join(", ")
-                ));
-            }
-        }
-        sql
-    }
-
     fn gid_prefix(&self) -> String {
         format!("weir:{}:{}:", self.job, self.sink)
     }
@@ -374,8 +302,10 @@ impl OperatorFactory for PostgresSinkFactory {
             spec: self.clone(),
             info: task.clone(),
             client: None,
+            target: None,
             in_transaction: false,
             pending: Vec::new(),
+            pending_rows: 0,
         }))
     }
 
@@ -393,10 +323,13 @@ struct PostgresSinkOperator {
     spec: PostgresSinkFactory,
     info: TaskInfo,
     client: Option<Client>,
+    /// The table's column types and the statements for them, read at the first flush.
+    target: Option<Target>,
     /// Exactly-once: a transaction for the current epoch is open.
     in_transaction: bool,
-    /// Rows not yet sent, as SQL tuples.
-    pending: Vec<String>,
+    /// Rows not yet sent.
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
 }
 
 impl PostgresSinkOperator {
@@ -411,24 +344,28 @@ impl PostgresSinkOperator {
 
     /// Sends the pending rows (inside the epoch's transaction when exactly-once).
     fn flush(&mut self) -> EngineResult<()> {
-        if self.pending.is_empty() {
+        if self.pending_rows == 0 {
             return Ok(());
         }
         let sink = self.spec.sink.clone();
+        if self.target.is_none() {
+            self.client()?;
+            let client = self.client.as_mut();
+            let target = client.map(|c| Target::read(&self.spec, c)).transpose()?;
+            self.target = target;
+        }
         if self.spec.exactly_once && !self.in_transaction {
             self.client()?
                 .batch_execute("BEGIN")
                 .map_err(|e| pg_error(&sink, "cannot begin a transaction", e))?;
             self.in_transaction = true;
         }
-        let tuples = std::mem::take(&mut self.pending);
-        for chunk in tuples.chunks(ROWS_PER_INSERT) {
-            let sql = self.spec.insert_sql(chunk);
-            self.client()?
-                .batch_execute(&sql)
-                .map_err(|e| pg_error(&sink, "cannot insert rows", e))?;
-        }
-        Ok(())
+        let batches = std::mem::take(&mut self.pending);
+        self.pending_rows = 0;
+        let (Some(client), Some(target)) = (self.client.as_mut(), self.target.as_mut()) else {
+            return Err(EngineError::Internal("postgres client vanished".into()));
+        };
+        target.write(&self.spec, client, &batches)
     }
 }
 
@@ -443,15 +380,13 @@ impl Operator for PostgresSinkOperator {
         _input: usize,
         _out: &mut Output,
     ) -> EngineResult<()> {
-        for row in batch_rows(&batch)? {
-            let values: Vec<String> = row
-                .iter()
-                .map(|v| v.as_deref().map_or("NULL".to_string(), literal))
-                .collect();
-            self.pending.push(format!("({})", values.join(", ")));
-        }
         self.info.metrics.add_rows_out(batch.num_rows() as u64);
-        if self.pending.len() >= ROWS_PER_INSERT {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.pending_rows += batch.num_rows();
+        self.pending.push(batch);
+        if self.pending_rows >= ROWS_PER_FLUSH {
             self.flush()?;
         }
         Ok(())
