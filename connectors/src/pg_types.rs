@@ -48,12 +48,11 @@ pub fn type_name(ty: &Type) -> &'static str {
 
 /// The column type the sink gives a column of this Arrow type when it creates the table:
 /// [`pg_type`], except that every decimal (the server stores any precision) and UInt64 keep
-/// their precision as `numeric(p, s)`, and binary values are stored in their text form.
+/// their precision as `numeric(p, s)`.
 pub fn column_type(dt: &DataType) -> String {
     match dt {
         DataType::UInt64 => "numeric(20, 0)".into(),
         DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("numeric({p}, {s})"),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "text".into(),
         other => type_name(&pg_type(other)).into(),
     }
 }
@@ -82,6 +81,7 @@ pub fn compatible(t: &DataType, pg: &str) -> bool {
         DataType::Timestamp(_, Some(_)) => pg == "timestamp with time zone",
         DataType::Date32 | DataType::Date64 => pg == "date" || pg.starts_with("timestamp"),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => false,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => pg == "bytea",
         _ => true,
     }
 }
@@ -105,6 +105,7 @@ mod tests {
             DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             DataType::Date32,
             DataType::Utf8,
+            DataType::Binary,
         ] {
             let name = column_type(&dt);
             let name = name.split('(').next().unwrap_or_default().trim();

@@ -176,15 +176,7 @@ fn option_pairs(options: Vec<SqlOption>) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-/// `"name"`: an identifier quoted for SQL text.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// `'text'`: a string literal for SQL text.
-pub fn quote_literal(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
-}
+pub use weir_connectors::quote::{quote_ident, quote_literal};
 
 impl fmt::Display for CreateJob {
     /// The statement as weir records it: INSERT INTO becomes the CREATE SINK it runs as.

@@ -4,6 +4,8 @@
 //! columns are all binary is written with `COPY ... (FORMAT binary)`, any other with
 //! `COPY ... (FORMAT text)` (the server parses each value, as it did the old INSERT literals).
 
+use std::fmt::Write;
+
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
 use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::{
@@ -35,6 +37,7 @@ pub enum Encoding {
     Numeric,
     Timestamp,
     Date,
+    Bytea,
 }
 
 impl Encoding {
@@ -55,6 +58,7 @@ impl Encoding {
             (D::Timestamp(_, None), &Type::TIMESTAMP) => Self::Timestamp,
             (D::Timestamp(_, Some(_)), &Type::TIMESTAMPTZ) => Self::Timestamp,
             (D::Date32, &Type::DATE) => Self::Date,
+            (D::Binary | D::LargeBinary | D::BinaryView, &Type::BYTEA) => Self::Bytea,
             _ => return None,
         })
     }
@@ -177,7 +181,7 @@ fn strict_cast(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> 
 impl Column {
     fn new(array: &ArrayRef, encoding: Encoding) -> Result<Self, ArrowError> {
         Ok(match encoding {
-            Encoding::Text => Self::Text(column_strings(array)?),
+            Encoding::Text => Self::Text(text_form(array)?),
             Encoding::Int2 => Self::Fixed(encoding, strict_cast(array, &DataType::Int16)?),
             Encoding::Int4 => Self::Fixed(encoding, strict_cast(array, &DataType::Int32)?),
             Encoding::Int8 => Self::Fixed(encoding, strict_cast(array, &DataType::Int64)?),
@@ -186,6 +190,7 @@ impl Column {
                 _ => Self::Numeric(strict_cast(array, &DataType::Decimal128(38, 0))?, 0),
             },
             Encoding::Timestamp => Self::Fixed(encoding, timestamp_micros(array)?),
+            Encoding::Bytea => Self::Fixed(encoding, strict_cast(array, &DataType::LargeBinary)?),
             Encoding::Bool | Encoding::Float4 | Encoding::Float8 | Encoding::Date => {
                 Self::Fixed(encoding, array.clone())
             }
@@ -231,6 +236,9 @@ impl Column {
                 let days = a.as_primitive::<Date32Type>().value(row);
                 out.extend_from_slice(&(days - PG_EPOCH_DAYS).to_be_bytes())
             }
+            Self::Fixed(Encoding::Bytea, a) => {
+                out.extend_from_slice(a.as_binary::<i64>().value(row))
+            }
             Self::Numeric(a, scale) => {
                 numeric(a.as_primitive::<Decimal128Type>().value(row), *scale, out)
             }
@@ -243,6 +251,32 @@ impl Column {
         }
         Ok(true)
     }
+}
+
+/// Weir's text form of each value, except bytes, which are written as PostgreSQL's `bytea`
+/// input reads them (`\x` and hex digits; a text column keeps that spelling).
+fn text_form(array: &ArrayRef) -> Result<Vec<Option<String>>, ArrowError> {
+    if !matches!(
+        array.data_type(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+    ) {
+        return column_strings(array);
+    }
+    let bytes = strict_cast(array, &DataType::LargeBinary)?;
+    let bytes = bytes.as_binary::<i64>();
+    Ok(bytes
+        .iter()
+        .map(|v| {
+            v.map(|v| {
+                let mut s = String::with_capacity(2 + 2 * v.len());
+                s.push_str("\\x");
+                for b in v {
+                    let _ = write!(s, "{b:02x}");
+                }
+                s
+            })
+        })
+        .collect())
 }
 
 /// Timestamps as microseconds, rounded as PostgreSQL rounds a parsed fraction (to the

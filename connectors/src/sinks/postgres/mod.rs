@@ -86,15 +86,7 @@ fn pg_error(sink: &str, what: &str, e: postgres::Error) -> EngineError {
     }
 }
 
-/// A SQL identifier, quoted.
-fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// A SQL string literal.
-fn literal(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
-}
+use crate::quote::{quote_ident as ident, quote_literal as literal};
 
 impl PostgresSinkFactory {
     /// Validates the options and the target: the server is reachable, it can prepare
@@ -164,14 +156,21 @@ impl PostgresSinkFactory {
         Ok(me)
     }
 
+    /// A connection whose session reads timestamps in UTC, as weir writes them: a text-form
+    /// `timestamptz` value must not move with the server's `TimeZone`.
     fn connect(&self) -> EngineResult<Client> {
-        Client::connect(&self.url, NoTls).map_err(|e| {
+        let failed = |e| {
             pg_error(
                 &self.sink,
                 &format!("cannot connect to {}", redact(&self.url)),
                 e,
             )
-        })
+        };
+        let mut client = Client::connect(&self.url, NoTls).map_err(failed)?;
+        client
+            .batch_execute("SET TIME ZONE 'UTC'")
+            .map_err(failed)?;
+        Ok(client)
     }
 
     fn check_target(&self, create_table: bool) -> Result<()> {
@@ -550,11 +549,5 @@ mod tests {
             redact("postgresql://localhost/db"),
             "postgresql://localhost/db"
         );
-    }
-
-    #[test]
-    fn literals_and_identifiers_are_quoted() {
-        assert_eq!(literal("it's"), "'it''s'");
-        assert_eq!(ident("a\"b"), "\"a\"\"b\"");
     }
 }
