@@ -1,11 +1,19 @@
 //! Text forms of values, shared by every front end (REPL, scripts, tests, the wire server)
-//! and the file sink: timestamps as `YYYY-MM-DD HH:MM:SS[.ffffff]`, the fraction only when
-//! not zero; CSV fields quoted when needed; JSON lines with numbers and booleans unquoted.
+//! and the sinks: timestamps as `YYYY-MM-DD HH:MM:SS[.ffffff]`, the fraction only when not
+//! zero (DESIGN.md §7); every other value as arrow's display formats it. CSV and JSON lines
+//! are written by arrow's writers over [`printable`] batches, so quoting, escaping and
+//! number formats are theirs: CSV fields quoted when they hold the delimiter, a quote or a
+//! line break, NULL an empty field; JSON lines with numbers and booleans unquoted, NULL null.
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use std::io::Write;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Schema, TimeUnit, TimestampNanosecondType};
+use datafusion::arrow::csv;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit, TimestampNanosecondType};
 use datafusion::arrow::error::ArrowError;
+use datafusion::arrow::json;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
@@ -52,68 +60,154 @@ pub fn batch_rows(batch: &RecordBatch) -> Result<Vec<Vec<Option<String>>>, Arrow
         .collect())
 }
 
-/// A CSV field, quoted when it holds the delimiter, a quote or a line break.
-pub fn csv_field(s: &str, delimiter: char) -> String {
-    if s.contains([delimiter, '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-/// One CSV line (without the line break); NULL is an empty field.
-pub fn csv_line(values: &[Option<String>], delimiter: char) -> String {
-    let fields: Vec<String> = values
-        .iter()
-        .map(|v| {
-            v.as_deref()
-                .map(|s| csv_field(s, delimiter))
-                .unwrap_or_default()
-        })
-        .collect();
-    fields.join(&delimiter.to_string())
-}
-
-/// The CSV header line of a schema.
-pub fn csv_header(schema: &Schema, delimiter: char) -> String {
-    let names: Vec<Option<String>> = schema
+/// The batch as weir prints it: each timestamp column replaced by its text form (arrow's
+/// own timestamp formats cannot drop a zero fraction), every other column as it is.
+pub fn printable(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    if !batch
+        .schema()
         .fields()
         .iter()
-        .map(|f| Some(f.name().clone()))
-        .collect();
-    csv_line(&names, delimiter)
+        .any(|f| matches!(f.data_type(), DataType::Timestamp(..)))
+    {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        if let DataType::Timestamp(..) = field.data_type() {
+            fields.push(Field::new(field.name(), DataType::Utf8, true));
+            columns.push(Arc::new(StringArray::from(column_strings(column)?)) as ArrayRef);
+        } else {
+            fields.push(field.as_ref().clone());
+            columns.push(column.clone());
+        }
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
-/// One JSON object (one line) for a row: numbers and booleans as JSON values, the rest as
-/// strings, NULL as null.
-pub fn json_line(schema: &Schema, values: Vec<Option<String>>) -> String {
-    let mut obj = serde_json::Map::new();
-    for (field, value) in schema.fields().iter().zip(values) {
-        let v = match value {
-            None => serde_json::Value::Null,
-            Some(s) if field.data_type().is_numeric() => {
-                serde_json::from_str(&s).unwrap_or(serde_json::Value::String(s))
+/// A CSV writer (arrow's) with weir's conventions: NULL is an empty field.
+pub fn csv_writer<W: Write>(out: W, header: bool, delimiter: u8) -> csv::Writer<W> {
+    csv::WriterBuilder::new()
+        .with_header(header)
+        .with_delimiter(delimiter)
+        .with_null(String::new())
+        .build(out)
+}
+
+/// A JSON-lines writer (arrow's) that writes NULL as `null` instead of leaving the key out.
+pub fn json_writer<W: Write>(out: W) -> json::LineDelimitedWriter<W> {
+    json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build(out)
+}
+
+/// The rows of `batch` as CSV lines, after a header line when `header`.
+pub fn csv_lines(batch: &RecordBatch, header: bool, delimiter: u8) -> Result<Vec<u8>, ArrowError> {
+    let mut writer = csv_writer(Vec::new(), header, delimiter);
+    writer.write(&printable(batch)?)?;
+    Ok(writer.into_inner())
+}
+
+/// The rows of `batch` as JSON lines.
+pub fn json_lines(batch: &RecordBatch) -> Result<Vec<u8>, ArrowError> {
+    let mut writer = json_writer(Vec::new());
+    writer.write(&printable(batch)?)?;
+    writer.finish()?;
+    Ok(writer.into_inner())
+}
+
+/// Each row of `batch` as one CSV record without its line break (one message per row).
+pub fn csv_records(batch: &RecordBatch, delimiter: u8) -> Result<Vec<Vec<u8>>, ArrowError> {
+    let batch = printable(batch)?;
+    (0..batch.num_rows())
+        .map(|row| {
+            let mut writer = csv_writer(Vec::new(), false, delimiter);
+            writer.write(&batch.slice(row, 1))?;
+            let mut line = writer.into_inner();
+            if line.last() == Some(&b'\n') {
+                line.pop();
             }
-            Some(s) if *field.data_type() == DataType::Boolean => {
-                serde_json::Value::Bool(s == "true")
-            }
-            Some(s) => serde_json::Value::String(s),
-        };
-        obj.insert(field.name().clone(), v);
-    }
-    serde_json::Value::Object(obj).to_string()
+            Ok(line)
+        })
+        .collect()
+}
+
+/// Each row of `batch` as one JSON object (one message per row). A JSON line holds no raw
+/// line break, so the lines of [`json_lines`] are the rows.
+pub fn json_records(batch: &RecordBatch) -> Result<Vec<Vec<u8>>, ArrowError> {
+    let lines = json_lines(batch)?;
+    Ok(lines
+        .split(|b| *b == b'\n')
+        .take(batch.num_rows())
+        .map(<[u8]>::to_vec)
+        .collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::arrow::array::{
+        BooleanArray, Float64Array, Int64Array, TimestampNanosecondArray,
+    };
+
+    fn batch() -> RecordBatch {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+            Field::new("x", DataType::Float64, true),
+            Field::new("ok", DataType::Boolean, true),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
+        ]);
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])),
+                Arc::new(StringArray::from(vec![
+                    Some("a,b"),
+                    Some("say \"hi\""),
+                    Some("line\nbreak"),
+                ])),
+                Arc::new(Float64Array::from(vec![Some(1.5), Some(2.0), None])),
+                Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)])),
+                Arc::new(TimestampNanosecondArray::from(vec![
+                    Some(0),
+                    Some(1_500_000_000),
+                    None,
+                ])),
+            ],
+        )
+        .unwrap()
+    }
 
     #[test]
-    fn csv_fields_are_quoted_when_needed() {
-        assert_eq!(csv_field("a,b", ','), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\"", ','), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_field("plain", ','), "plain");
-        assert_eq!(csv_field("a,b", '|'), "a,b");
+    fn csv_quotes_when_needed_and_null_is_empty() {
+        let text = String::from_utf8(csv_lines(&batch(), true, b',').unwrap()).unwrap();
+        assert_eq!(
+            text,
+            "id,s,x,ok,ts\n\
+             1,\"a,b\",1.5,true,1970-01-01 00:00:00\n\
+             ,\"say \"\"hi\"\"\",2.0,,1970-01-01 00:00:01.500000\n\
+             3,\"line\nbreak\",,false,\n"
+        );
+        let pipes = String::from_utf8(csv_lines(&batch().slice(0, 1), false, b'|').unwrap());
+        assert_eq!(pipes.unwrap(), "1|a,b|1.5|true|1970-01-01 00:00:00\n");
+        let records = csv_records(&batch(), b',').unwrap();
+        assert_eq!(records.len(), 3);
+        assert_eq!(records[2], b"3,\"line\nbreak\",,false,".to_vec());
+    }
+
+    #[test]
+    fn json_lines_keep_types_and_nulls() {
+        let records = json_records(&batch()).unwrap();
+        let first: serde_json::Value = serde_json::from_slice(&records[0]).unwrap();
+        assert_eq!(
+            first,
+            serde_json::json!({"id": 1, "s": "a,b", "x": 1.5, "ok": true, "ts": "1970-01-01 00:00:00"})
+        );
+        let second: serde_json::Value = serde_json::from_slice(&records[1]).unwrap();
+        assert_eq!(second["id"], serde_json::Value::Null);
+        assert_eq!(second["ts"], "1970-01-01 00:00:01.500000");
+        assert_eq!(records.len(), 3);
     }
 
     #[test]

@@ -71,6 +71,20 @@ impl Options {
         }
     }
 
+    /// Takes a CSV `delimiter`: one ASCII character, or `\\t` for a tab.
+    pub fn take_delimiter(&mut self) -> Result<Option<u8>> {
+        match self.take("delimiter") {
+            None => Ok(None),
+            Some(d) if d == "\\t" => Ok(Some(b'\t')),
+            Some(d) if d.len() == 1 && d.is_ascii() => Ok(Some(d.as_bytes()[0])),
+            Some(d) => Err(ConnectorError::InvalidOption {
+                option: "delimiter".into(),
+                value: d,
+                reason: "expected one ASCII character".into(),
+            }),
+        }
+    }
+
     /// Takes a duration option (`'500ms'`, `'30s'`, `'5 min'`, `'1h'`).
     pub fn take_duration(&mut self, key: &str) -> Result<Option<Duration>> {
         match self.take(key) {

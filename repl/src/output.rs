@@ -1,12 +1,17 @@
-//! Rendering results: aligned tables for people, CSV and JSON lines for programs. Values are
-//! turned into text by `weir_planner::display`, the same for every front end.
+//! Rendering results: aligned tables for people (comfy-table, through arrow's pretty printer
+//! for whole results), CSV and JSON lines for programs (arrow's writers). Values take their
+//! text form from `weir_planner::display`, the same for every front end.
 
 use std::io::Write;
 
 use anyhow::Result;
+use comfy_table::{ColumnConstraint, Table, Width};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use weir_planner::display::{batch_rows, csv_header, csv_line, json_line};
+use datafusion::arrow::util::display::FormatOptions;
+use datafusion::arrow::util::pretty::pretty_format_batches_with_options;
+use datafusion::arrow::{csv, json};
+use weir_planner::display::{batch_rows, csv_writer, json_writer, printable};
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -16,69 +21,93 @@ pub enum Format {
     Json,
 }
 
-fn rows(batch: &RecordBatch) -> Result<Vec<Vec<Option<String>>>> {
-    Ok(batch_rows(batch)?)
-}
+/// The borders arrow's pretty printer draws (`+---+`, `| a |`), so whole and streaming
+/// tables look alike.
+const TABLE_STYLE: &str = "||--+-++|    ++++++";
 
 /// Writes results as they arrive, in one format.
 pub struct ResultWriter<W: Write> {
-    out: W,
-    format: Format,
+    out: Output<W>,
     schema: SchemaRef,
-    header_written: bool,
+    wrote: bool,
+}
+
+enum Output<W: Write> {
+    Csv(csv::Writer<W>),
+    Json(json::LineDelimitedWriter<W>),
+    /// Tables are rendered by [`render_table`] and [`StreamingTable`].
+    Table,
 }
 
 impl<W: Write> ResultWriter<W> {
     pub fn new(out: W, format: Format, schema: SchemaRef) -> Self {
+        let out = match format {
+            Format::Csv => Output::Csv(csv_writer(out, true, b',')),
+            Format::Json => Output::Json(json_writer(out)),
+            Format::Table => Output::Table,
+        };
         Self {
             out,
-            format,
             schema,
-            header_written: false,
+            wrote: false,
         }
-    }
-
-    fn header(&mut self) -> Result<()> {
-        if self.header_written || self.format != Format::Csv {
-            return Ok(());
-        }
-        self.header_written = true;
-        writeln!(self.out, "{}", csv_header(&self.schema, ','))?;
-        Ok(())
     }
 
     /// Writes a batch (CSV and JSON); table output goes through [`render_table`].
     pub fn write_batch(&mut self, batch: &RecordBatch) -> Result<()> {
-        self.header()?;
-        for row in rows(batch)? {
-            match self.format {
-                Format::Csv => writeln!(self.out, "{}", csv_line(&row, ','))?,
-                Format::Json => writeln!(self.out, "{}", json_line(&batch.schema(), row))?,
-                Format::Table => {}
+        match &mut self.out {
+            Output::Csv(w) => w.write(&printable(batch)?)?,
+            Output::Json(w) => {
+                w.write(&printable(batch)?)?;
+                w.get_mut().flush()?;
             }
+            Output::Table => {}
         }
-        self.out.flush()?;
+        self.wrote = true;
         Ok(())
     }
 
     /// Ends a result: CSV prints its header even when there were no rows.
     pub fn finish(&mut self) -> Result<()> {
-        self.header()?;
-        self.out.flush()?;
+        if !self.wrote {
+            if let Output::Csv(w) = &mut self.out {
+                w.write(&printable(&RecordBatch::new_empty(self.schema.clone()))?)?;
+            }
+            self.wrote = true;
+        }
         Ok(())
     }
+}
+
+/// Renders batches as an aligned text table (NULL spelled out).
+pub fn render_table(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<String> {
+    let mut printable_batches = batches
+        .iter()
+        .map(printable)
+        .collect::<Result<Vec<_>, _>>()?;
+    if printable_batches.is_empty() {
+        printable_batches.push(printable(&RecordBatch::new_empty(schema.clone()))?);
+    }
+    let options = FormatOptions::default()
+        .with_null("NULL")
+        .with_display_error(true);
+    Ok(format!(
+        "{}\n",
+        pretty_format_batches_with_options(&printable_batches, &options)?
+    ))
 }
 
 /// An endless result as a table: the header once, then rows as they arrive, in columns as
 /// wide as the header and the first rows (later, wider values widen their own row only).
 #[derive(Default)]
 pub struct StreamingTable {
-    widths: Vec<usize>,
+    /// Each column's width, padding included, fixed by the first batch.
+    widths: Vec<u16>,
 }
 
 impl StreamingTable {
     pub fn render(&mut self, schema: &SchemaRef, batch: &RecordBatch) -> Result<String> {
-        let values: Vec<Vec<String>> = rows(batch)?
+        let rows: Vec<Vec<String>> = batch_rows(batch)?
             .into_iter()
             .map(|r| {
                 r.into_iter()
@@ -86,95 +115,115 @@ impl StreamingTable {
                     .collect()
             })
             .collect();
-        let mut out = String::new();
-        if self.widths.is_empty() {
-            let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let first = self.widths.is_empty();
+        if first {
             // Timestamps may gain a fraction later: leave room for it from the start.
             self.widths = schema
                 .fields()
                 .iter()
-                .map(|f| match f.data_type() {
-                    DataType::Timestamp(..) => f.name().chars().count().max(26),
-                    _ => f.name().chars().count(),
+                .enumerate()
+                .map(|(c, f)| {
+                    let floor = match f.data_type() {
+                        DataType::Timestamp(..) => 26,
+                        _ => 0,
+                    };
+                    let widest = rows.iter().map(|r| r[c].chars().count()).max();
+                    let width = f.name().chars().count().max(floor).max(widest.unwrap_or(0));
+                    u16::try_from(width + 2).unwrap_or(u16::MAX)
                 })
                 .collect();
-            for r in &values {
-                for (w, v) in self.widths.iter_mut().zip(r) {
-                    *w = (*w).max(v.chars().count());
-                }
-            }
-            let line = format!(
-                "+{}+",
-                self.widths
-                    .iter()
-                    .map(|w| "-".repeat(w + 2))
-                    .collect::<Vec<_>>()
-                    .join("+")
-            );
-            out.push_str(&line);
-            out.push('\n');
-            out.push_str(&table_row(&names, &self.widths));
-            out.push('\n');
-            out.push_str(&line);
-            out.push('\n');
         }
-        for r in &values {
-            out.push_str(&table_row(r, &self.widths));
+        let mut table = Table::new();
+        table.load_preset(TABLE_STYLE);
+        table.set_header(schema.fields().iter().map(|f| f.name().clone()));
+        table.add_rows(rows);
+        table.set_constraints(
+            self.widths
+                .iter()
+                .map(|w| ColumnConstraint::LowerBoundary(Width::Fixed(*w))),
+        );
+        // The first batch prints the header and its rule; every batch its rows. The bottom
+        // rule waits for the end, which an endless result never reaches.
+        let lines: Vec<String> = table.lines().collect();
+        let skip = if first { 0 } else { 3 };
+        let mut out = String::new();
+        for line in &lines[skip.min(lines.len())..lines.len().saturating_sub(1)] {
+            out.push_str(line);
             out.push('\n');
         }
         Ok(out)
     }
 }
 
-fn table_row(values: &[String], widths: &[usize]) -> String {
-    let cells: Vec<String> = values
-        .iter()
-        .zip(widths)
-        .map(|(v, w)| format!(" {v}{} ", " ".repeat(w.saturating_sub(v.chars().count()))))
-        .collect();
-    format!("|{}|", cells.join("|"))
-}
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
 
-/// Renders batches as an aligned text table.
-pub fn render_table(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<String> {
-    let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    let mut all: Vec<Vec<String>> = Vec::new();
-    for b in batches {
-        for r in rows(b)? {
-            all.push(
-                r.into_iter()
-                    .map(|v| v.unwrap_or_else(|| "NULL".into()))
-                    .collect(),
-            );
-        }
+    use datafusion::arrow::array::{Int64Array, StringArray, TimestampNanosecondArray};
+    use datafusion::arrow::datatypes::{Field, Schema, TimeUnit};
+
+    use super::*;
+
+    fn batch(ids: Vec<Option<i64>>, names: Vec<&str>) -> RecordBatch {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
+        ]);
+        let n = ids.len() as i64;
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(StringArray::from(names)),
+                Arc::new(TimestampNanosecondArray::from(
+                    (0..n).map(|i| i * 1_000_000_000).collect::<Vec<_>>(),
+                )),
+            ],
+        )
+        .unwrap()
     }
-    let mut widths: Vec<usize> = names.iter().map(|n| n.chars().count()).collect();
-    for r in &all {
-        for (w, v) in widths.iter_mut().zip(r) {
-            *w = (*w).max(v.chars().count());
-        }
+
+    #[test]
+    fn whole_tables_spell_null_and_timestamps_as_weir_does() {
+        let b = batch(vec![Some(1), None], vec!["a", "bb"]);
+        let text = render_table(&b.schema(), &[b]).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 6, "{text}");
+        assert_eq!(lines[1], "| id   | name | ts                  |");
+        assert_eq!(lines[4], "| NULL | bb   | 1970-01-01 00:00:01 |");
+        let empty = render_table(&b_schema(), &[]).unwrap();
+        assert!(empty.contains("| id | name | ts |"), "{empty}");
     }
-    let line = format!(
-        "+{}+",
-        widths
+
+    fn b_schema() -> SchemaRef {
+        batch(vec![], vec![]).schema()
+    }
+
+    #[test]
+    fn streaming_tables_keep_the_first_widths() {
+        let mut t = StreamingTable::default();
+        let first = t
+            .render(&b_schema(), &batch(vec![Some(1)], vec!["a"]))
+            .unwrap();
+        let later = t
+            .render(&b_schema(), &batch(vec![Some(22), Some(3)], vec!["b", "c"]))
+            .unwrap();
+        let first: Vec<&str> = first.lines().collect();
+        let later: Vec<&str> = later.lines().collect();
+        assert_eq!(first.len(), 4, "{first:?}");
+        assert!(first[0].starts_with("+----+"), "{first:?}");
+        assert_eq!(later.len(), 2, "{later:?}");
+        assert!(later[0].starts_with("| 22 | b "), "{later:?}");
+        let width = first[0].chars().count();
+        assert!(first
             .iter()
-            .map(|w| "-".repeat(w + 2))
-            .collect::<Vec<_>>()
-            .join("+")
-    );
-    let fmt_row = |vals: &[String]| table_row(vals, &widths);
-    let mut out = String::new();
-    out.push_str(&line);
-    out.push('\n');
-    out.push_str(&fmt_row(&names));
-    out.push('\n');
-    out.push_str(&line);
-    out.push('\n');
-    for r in &all {
-        out.push_str(&fmt_row(r));
-        out.push('\n');
+            .chain(&later)
+            .all(|l| l.chars().count() == width));
+        // The timestamp column leaves room for a fraction.
+        assert!(
+            first[1].contains("| ts                         |"),
+            "{first:?}"
+        );
     }
-    out.push_str(&line);
-    out.push('\n');
-    Ok(out)
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use datafusion::prelude::SessionContext;
-use weir_planner::display::{batch_rows, csv_line};
+use weir_planner::display::csv_records;
 
 /// Events per run: about 30 s of event time at the default 10,000 events/s, so three
 /// 10-second windows and a dozen 2-second hops, with every kind of row.
@@ -36,8 +36,8 @@ fn reference(ctx: &SessionContext, sql: &str) -> Vec<String> {
         .unwrap_or_else(|e| panic!("reference query failed: {e}\n{sql}"));
     let mut lines: Vec<String> = batches
         .iter()
-        .flat_map(|b| batch_rows(b).unwrap())
-        .map(|r| csv_line(&r, ','))
+        .flat_map(|b| csv_records(b, b',').unwrap())
+        .map(|r| String::from_utf8(r).unwrap())
         .collect();
     lines.sort();
     lines

@@ -69,26 +69,12 @@ impl FileSourceFactory {
         let path = PathBuf::from(options.take_required("path")?);
         let format = options.take("format").unwrap_or_else(|| "csv".into());
         let header = options.take_bool("header")?;
-        let delimiter = options.take("delimiter");
+        let delimiter = options.take_delimiter()?;
         let format = match format.to_ascii_lowercase().as_str() {
-            "csv" => {
-                let delimiter = match delimiter.as_deref() {
-                    None => b',',
-                    Some("\\t") | Some("\t") => b'\t',
-                    Some(d) if d.len() == 1 => d.as_bytes()[0],
-                    Some(d) => {
-                        return Err(ConnectorError::InvalidOption {
-                            option: "delimiter".into(),
-                            value: d.into(),
-                            reason: "expected one character".into(),
-                        })
-                    }
-                };
-                FileFormat::Csv {
-                    header: header.unwrap_or(false),
-                    delimiter,
-                }
-            }
+            "csv" => FileFormat::Csv {
+                header: header.unwrap_or(false),
+                delimiter: delimiter.unwrap_or(b','),
+            },
             "json" | "jsonl" | "ndjson" => {
                 if header.is_some() || delimiter.is_some() {
                     return Err(ConnectorError::InvalidOption {

@@ -49,7 +49,7 @@ use weir_engine::{
 use super::client::Cluster;
 use super::producer::{self, EndOutcome, OutRecord, Producer, TxnHandle};
 use super::{engine_error, topic_list, KafkaConfig};
-use crate::display::{batch_rows, csv_line, json_line};
+use crate::display::{column_strings, csv_records, json_records};
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 
@@ -88,7 +88,7 @@ pub struct SinkContext {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkFormat {
     Json,
-    Csv { delimiter: char },
+    Csv { delimiter: u8 },
 }
 
 /// Plan node of a Kafka sink.
@@ -128,7 +128,7 @@ impl KafkaSinkFactory {
             });
         }
         let topic = topics.into_iter().next().unwrap_or_default();
-        let delimiter = options.take("delimiter");
+        let delimiter = options.take_delimiter()?;
         let format = match options
             .take("format")
             .unwrap_or_else(|| "json".into())
@@ -139,26 +139,14 @@ impl KafkaSinkFactory {
                 if let Some(d) = delimiter {
                     return Err(ConnectorError::InvalidOption {
                         option: "delimiter".into(),
-                        value: d,
+                        value: char::from(d).to_string(),
                         reason: "only for format 'csv'".into(),
                     });
                 }
                 SinkFormat::Json
             }
             "csv" => SinkFormat::Csv {
-                delimiter: match delimiter.as_deref() {
-                    None => ',',
-                    Some(d) if d.chars().count() == 1 && d.is_ascii() => {
-                        d.chars().next().unwrap_or(',')
-                    }
-                    Some(d) => {
-                        return Err(ConnectorError::InvalidOption {
-                            option: "delimiter".into(),
-                            value: d.into(),
-                            reason: "expected one ASCII character".into(),
-                        })
-                    }
-                },
+                delimiter: delimiter.unwrap_or(b','),
             },
             other => {
                 return Err(ConnectorError::InvalidOption {
@@ -371,7 +359,6 @@ impl OperatorFactory for KafkaSinkFactory {
                 config: self.config.clone(),
                 topic: self.topic.clone(),
                 format: self.format.clone(),
-                schema: Arc::clone(&self.schema),
                 key: self.key.clone(),
                 compression: self.compression,
                 transaction_timeout: self.transaction_timeout,
@@ -408,7 +395,6 @@ struct KafkaSinkSpec {
     config: KafkaConfig,
     topic: String,
     format: SinkFormat,
-    schema: SchemaRef,
     key: Vec<usize>,
     compression: Compression,
     transaction_timeout: Duration,
@@ -478,27 +464,24 @@ impl KafkaSinkOperator {
     }
 
     fn records(&mut self, batch: &RecordBatch) -> EngineResult<Vec<(i32, OutRecord)>> {
-        let rows = batch_rows(batch)?;
         let now = chrono::Utc::now().timestamp_millis();
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let key = match self.spec.key.as_slice() {
-                [] => None,
-                [one] => Some(Bytes::from(row[*one].clone().unwrap_or_default())),
-                many => {
-                    let fields: Vec<_> = many
-                        .iter()
-                        .map(|&i| self.spec.schema.field(i).clone())
-                        .collect();
-                    let schema = datafusion::arrow::datatypes::Schema::new(fields);
-                    let values = many.iter().map(|&i| row[i].clone()).collect();
-                    Some(Bytes::from(json_line(&schema, values)))
-                }
-            };
-            let value = match self.spec.format {
-                SinkFormat::Json => json_line(&self.spec.schema, row),
-                SinkFormat::Csv { delimiter } => csv_line(&row, delimiter),
-            };
+        let keys: Vec<Option<Bytes>> = match self.spec.key.as_slice() {
+            [] => vec![None; batch.num_rows()],
+            [one] => column_strings(batch.column(*one))?
+                .into_iter()
+                .map(|k| Some(Bytes::from(k.unwrap_or_default())))
+                .collect(),
+            many => json_records(&batch.project(many)?)?
+                .into_iter()
+                .map(|k| Some(Bytes::from(k)))
+                .collect(),
+        };
+        let values = match self.spec.format {
+            SinkFormat::Json => json_records(batch)?,
+            SinkFormat::Csv { delimiter } => csv_records(batch, delimiter)?,
+        };
+        let mut out = Vec::with_capacity(values.len());
+        for (key, value) in keys.into_iter().zip(values) {
             let partition = match &key {
                 Some(k) => (murmur2(k) & 0x7fff_ffff) % self.partitions,
                 None => {

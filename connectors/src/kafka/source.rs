@@ -120,18 +120,7 @@ impl KafkaSourceFactory {
         {
             "json" => ValueFormat::Json,
             "csv" => ValueFormat::Csv {
-                delimiter: match options.take("delimiter").as_deref() {
-                    None => b',',
-                    Some("\\t") | Some("\t") => b'\t',
-                    Some(d) if d.len() == 1 => d.as_bytes()[0],
-                    Some(d) => {
-                        return Err(ConnectorError::InvalidOption {
-                            option: "delimiter".into(),
-                            value: d.into(),
-                            reason: "expected one character".into(),
-                        })
-                    }
-                },
+                delimiter: options.take_delimiter()?.unwrap_or(b','),
             },
             "raw" => ValueFormat::Raw,
             other => {

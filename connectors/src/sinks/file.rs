@@ -24,14 +24,14 @@ use weir_engine::{
     EngineError, Operator, OperatorFactory, Output, Result as EngineResult, TaskInfo,
 };
 
-use crate::display::{batch_rows, csv_header, csv_line, json_line};
+use crate::display::{csv_lines, json_lines};
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 
 /// How rows are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkFormat {
-    Csv { header: bool, delimiter: char },
+    Csv { header: bool, delimiter: u8 },
     Json,
 }
 
@@ -71,24 +71,9 @@ impl FileSinkFactory {
         let dir = PathBuf::from(options.take_required("path")?);
         let format = options.take("format").unwrap_or_else(|| "csv".into());
         let header = options.take_bool("header")?.unwrap_or(false);
-        let delimiter = options.take("delimiter");
+        let delimiter = options.take_delimiter()?.unwrap_or(b',');
         let format = match format.to_ascii_lowercase().as_str() {
-            "csv" => {
-                let delimiter = match delimiter.as_deref() {
-                    None => ',',
-                    Some(d) if d.chars().count() == 1 && d.is_ascii() => {
-                        d.chars().next().unwrap_or(',')
-                    }
-                    Some(d) => {
-                        return Err(ConnectorError::InvalidOption {
-                            option: "delimiter".into(),
-                            value: d.into(),
-                            reason: "expected one ASCII character".into(),
-                        })
-                    }
-                };
-                SinkFormat::Csv { header, delimiter }
-            }
+            "csv" => SinkFormat::Csv { header, delimiter },
             "json" => SinkFormat::Json,
             other => {
                 return Err(ConnectorError::InvalidOption {
@@ -185,29 +170,13 @@ fn io_error(sink: &str, what: &str, path: &Path, e: std::io::Error) -> EngineErr
 
 impl FileSinkOperator {
     fn encode(&self, batch: &RecordBatch, header: bool) -> EngineResult<Vec<u8>> {
-        let mut text = String::new();
-        match &self.spec.format {
+        Ok(match &self.spec.format {
             SinkFormat::Csv {
                 header: with_header,
                 delimiter,
-            } => {
-                if header && *with_header {
-                    text.push_str(&csv_header(&self.spec.schema, *delimiter));
-                    text.push('\n');
-                }
-                for row in batch_rows(batch)? {
-                    text.push_str(&csv_line(&row, *delimiter));
-                    text.push('\n');
-                }
-            }
-            SinkFormat::Json => {
-                for row in batch_rows(batch)? {
-                    text.push_str(&json_line(&self.spec.schema, row));
-                    text.push('\n');
-                }
-            }
-        }
-        Ok(text.into_bytes())
+            } => csv_lines(batch, header && *with_header, *delimiter)?,
+            SinkFormat::Json => json_lines(batch)?,
+        })
     }
 
     fn open(&mut self) -> EngineResult<&mut OpenPart> {
