@@ -33,7 +33,7 @@ pub struct ResultWriter<W: Write> {
 }
 
 enum Output<W: Write> {
-    Csv(csv::Writer<W>),
+    Csv(Box<csv::Writer<W>>),
     Json(json::LineDelimitedWriter<W>),
     /// Tables are rendered by [`render_table`] and [`StreamingTable`].
     Table,
@@ -42,7 +42,7 @@ enum Output<W: Write> {
 impl<W: Write> ResultWriter<W> {
     pub fn new(out: W, format: Format, schema: SchemaRef) -> Self {
         let out = match format {
-            Format::Csv => Output::Csv(csv_writer(out, true, b',')),
+            Format::Csv => Output::Csv(Box::new(csv_writer(out, true, b','))),
             Format::Json => Output::Json(json_writer(out)),
             Format::Table => Output::Table,
         };

@@ -133,6 +133,35 @@ fn window_query_over_simple_and_extended_protocols_matches_datafusion() {
         })
         .count() as i64;
     assert_eq!(n, want);
+
+    // Undeclared parameters take the types DataFusion infers from where they stand.
+    let stmt = client
+        .prepare("SELECT count(*) FROM events WHERE v > $1 AND k = $2")
+        .unwrap();
+    assert_eq!(
+        stmt.params(),
+        &[postgres::types::Type::INT8, postgres::types::Type::TEXT]
+    );
+    let inferred: i64 = client.query_one(&stmt, &[&500i64, &"k1"]).unwrap().get(0);
+    assert_eq!(inferred, want);
+    // A value that is not of its parameter's type is refused, naming the parameter.
+    let stmt = client
+        .prepare_typed(
+            "SELECT count(*) FROM events WHERE v > $1",
+            &[postgres::types::Type::TEXT],
+        )
+        .unwrap();
+    let err = client.query_one(&stmt, &[&"many"]).unwrap_err();
+    let message = err.as_db_error().map(|e| e.message().to_string());
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("parameter $1")),
+        "{err:?}"
+    );
+    // The text form of a number is cast to the column's type.
+    let as_text: i64 = client.query_one(&stmt, &[&"500"]).unwrap().get(0);
+    assert!(as_text >= want, "{as_text} < {want}");
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! wire server, tests) hand it statement texts and render what comes back.
 
 mod ddl;
+mod params;
+pub use params::{bind_params, parameter_list};
 mod settings;
 
 pub use settings::SERVER_VERSION;
@@ -16,6 +18,7 @@ use crossbeam_channel::Receiver;
 use datafusion::arrow::array::{ArrayRef, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ScalarValue;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
@@ -136,6 +139,8 @@ pub struct Session {
     resume_failures: Vec<String>,
     /// The data directory of the job a scratch session plans again (views live there).
     view_data_dir: Option<PathBuf>,
+    /// Values of `$1`, `$2`, ... while a statement with bound parameters runs.
+    params: Option<Vec<ScalarValue>>,
 }
 
 pub(crate) fn text_rows(columns: &[&str], rows: Vec<Vec<String>>) -> StatementResult {
@@ -182,6 +187,7 @@ impl Session {
             jobs,
             resume_failures: Vec::new(),
             view_data_dir: None,
+            params: None,
         };
         let mut warnings = Vec::new();
         for text in ddl {
@@ -324,7 +330,7 @@ impl Session {
         let mut ctx = PlanningContext::new(&self.state, &self.catalog);
         ctx.windows.extend(windows);
         let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
-        let plan = planner.sql_statement_to_plan(statement)?;
+        let plan = self.bind_params(planner.sql_statement_to_plan(statement)?)?;
         Ok((self.state.optimize(&plan)?, names))
     }
 

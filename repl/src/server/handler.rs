@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ScalarValue;
 use futures::{stream, Sink, StreamExt};
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::{Format, Portal};
@@ -146,11 +147,11 @@ impl Drop for ConnState {
     }
 }
 
-/// A statement parsed by the extended protocol: its text, parameter count and result columns.
+/// A statement parsed by the extended protocol: its text, parameter types and result columns.
 #[derive(Clone, Debug)]
 pub struct WireStatement {
     sql: String,
-    params: usize,
+    params: Vec<Type>,
     schema: Option<SchemaRef>,
 }
 
@@ -249,8 +250,13 @@ impl WireQueries {
     }
 
     /// Runs one statement off the async threads (planning and job start block).
-    async fn run(&self, conn: Arc<ConnState>, stmt: StatementText) -> Result<Outcome, WireError> {
-        blocking(move || execute(&conn, &stmt)).await
+    async fn run(
+        &self,
+        conn: Arc<ConnState>,
+        stmt: StatementText,
+        params: Vec<ScalarValue>,
+    ) -> Result<Outcome, WireError> {
+        blocking(move || execute(&conn, &stmt, params)).await
     }
 
     /// The response for an outcome, rows encoded in `format`.
@@ -358,14 +364,19 @@ fn stream_rows(
 }
 
 /// Runs one statement for a connection (blocking).
-fn execute(conn: &ConnState, stmt: &StatementText) -> Result<Outcome, WireError> {
+fn execute(
+    conn: &ConnState,
+    stmt: &StatementText,
+    params: Vec<ScalarValue>,
+) -> Result<Outcome, WireError> {
     let shared = &conn.shared;
     if pg_catalog::is_catalog_query(&stmt.text) {
-        let (schema, batches) =
-            shared.with_session(conn, |s| pg_catalog::answer(&stmt.text, s.catalog()))?;
+        let (schema, batches) = shared.with_session(conn, |s| {
+            pg_catalog::answer(&stmt.text, s.catalog(), &params)
+        })?;
         return Ok(Outcome::Rows(schema, batches));
     }
-    let result = shared.with_session(conn, |s| s.execute(stmt))?;
+    let result = shared.with_session(conn, |s| s.execute_with_params(stmt, params))?;
     Ok(match result {
         StatementResult::Command(tag) => Outcome::Command(tag),
         StatementResult::Rows(schema, batches) => Outcome::Rows(schema, batches),
@@ -374,29 +385,44 @@ fn execute(conn: &ConnState, stmt: &StatementText) -> Result<Outcome, WireError>
     })
 }
 
-/// The result columns of a statement, without running it.
-fn describe(conn: &ConnState, stmt: &StatementText) -> Result<Option<SchemaRef>, WireError> {
+/// A statement at Parse: the types of its parameters (declared by the client, else inferred)
+/// and, when they can be known before the values are, its result columns.
+fn prepare(
+    conn: &ConnState,
+    stmt: &StatementText,
+    declared: &[Option<Type>],
+) -> Result<(Vec<Type>, Option<SchemaRef>), WireError> {
+    let shared = &conn.shared;
+    if pg_catalog::is_catalog_query(&stmt.text) {
+        let (schema, inferred) =
+            shared.with_session(conn, |s| pg_catalog::prepare(&stmt.text, s.catalog()))?;
+        return Ok((params::announced(declared, &inferred), Some(schema)));
+    }
+    let inferred = shared.with_session(conn, |s| s.parameter_types(stmt))?;
+    let described = shared.with_session(conn, |s| s.describe_statement(stmt));
+    // A placeholder whose type nothing says (`SELECT $1`) may not plan: the portal is
+    // described again once its values are bound.
+    let schema = match described {
+        Ok(schema) => schema,
+        Err(_) if !inferred.is_empty() => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok((params::announced(declared, &inferred), schema))
+}
+
+/// The result columns of a statement with bound values, without running it.
+fn describe_bound(
+    conn: &ConnState,
+    stmt: &StatementText,
+    params: Vec<ScalarValue>,
+) -> Result<Option<SchemaRef>, WireError> {
     let shared = &conn.shared;
     if pg_catalog::is_catalog_query(&stmt.text) {
         let (schema, _) =
-            shared.with_session(conn, |s| pg_catalog::answer(&stmt.text, s.catalog()))?;
+            shared.with_session(conn, |s| pg_catalog::prepare(&stmt.text, s.catalog()))?;
         return Ok(Some(schema));
     }
-    Ok(shared.with_session(conn, |s| s.describe_statement(stmt))?)
-}
-
-/// Parameter types as the client declared them, TEXT where it did not.
-fn declared_types(declared: &[Option<Type>], count: usize) -> Vec<Type> {
-    (0..count)
-        .map(|i| declared.get(i).cloned().flatten().unwrap_or(Type::TEXT))
-        .collect()
-}
-
-fn param_types(portal: &Portal<WireStatement>) -> Vec<Type> {
-    declared_types(
-        &portal.statement.parameter_types,
-        portal.statement.statement.params,
-    )
+    Ok(shared.with_session(conn, |s| s.describe_with_params(stmt, params))?)
 }
 
 /// Runs blocking work (planning, starting jobs) off the async threads.
@@ -435,7 +461,7 @@ impl SimpleQueryHandler for WireQueries {
         stmts.extend(tail);
         let mut responses = Vec::with_capacity(stmts.len());
         for stmt in stmts {
-            match self.run(Arc::clone(&conn), stmt).await {
+            match self.run(Arc::clone(&conn), stmt, Vec::new()).await {
                 Ok(outcome) => responses.push(self.respond(
                     outcome,
                     &Format::UnifiedText,
@@ -465,24 +491,15 @@ impl QueryParser for WireParser {
         &self,
         client: &C,
         sql: &str,
-        _types: &[Option<Type>],
+        types: &[Option<Type>],
     ) -> PgWireResult<Option<WireStatement>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
         let conn = conn_state(&self.shared, client);
-        let params = params::count(sql);
-        // Placeholders are planned as NULLs to learn the columns.
-        let nulls = vec!["NULL".to_string(); params];
-        let stmt = statement_text(&params::substitute(sql, &nulls));
-        let described = blocking(move || describe(&conn, &stmt)).await;
-        // With parameters, NULLs may not plan (`$1 + 1, $2` names two columns alike): the
-        // portal is described again once its values are bound.
-        let schema = match described {
-            Ok(schema) => schema,
-            Err(_) if params > 0 => None,
-            Err(e) => return Err(e.into()),
-        };
+        let stmt = statement_text(sql);
+        let declared = types.to_vec();
+        let (params, schema) = blocking(move || prepare(&conn, &stmt, &declared)).await?;
         Ok(Some(WireStatement {
             sql: sql.to_string(),
             params,
@@ -491,7 +508,7 @@ impl QueryParser for WireParser {
     }
 
     fn get_parameter_types(&self, stmt: &WireStatement) -> PgWireResult<Vec<Type>> {
-        Ok(vec![Type::TEXT; stmt.params])
+        Ok(stmt.params.clone())
     }
 
     fn get_result_schema(
@@ -530,7 +547,7 @@ impl ExtendedQueryHandler for WireQueries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stmt = &target.statement;
-        let types = declared_types(&target.parameter_types, stmt.params);
+        let types = stmt.params.clone();
         let fields = self.query_parser().get_result_schema(stmt, None)?;
         Ok(DescribeStatementResponse::new(types, fields))
     }
@@ -547,13 +564,12 @@ impl ExtendedQueryHandler for WireQueries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stmt = &portal.statement.statement;
-        let fields = if stmt.params > 0 {
+        let fields = if !stmt.params.is_empty() {
             // Describe with the bound values.
-            let types = param_types(portal);
-            let values = params::literals(portal, &types)?;
-            let text = statement_text(&params::substitute(&stmt.sql, &values));
+            let values = params::values(portal, &stmt.params)?;
+            let text = statement_text(&stmt.sql);
             let conn = self.conn(client);
-            let schema = blocking(move || describe(&conn, &text)).await?;
+            let schema = blocking(move || describe_bound(&conn, &text, values)).await?;
             schema
                 .map(|s| rows::fields(&s, &portal.result_column_format))
                 .unwrap_or_default()
@@ -582,9 +598,8 @@ impl ExtendedQueryHandler for WireQueries {
         let conn = self.conn(client);
         let cancel = conn.slot.start();
         let stmt = &portal.statement.statement;
-        let values = params::literals(portal, &param_types(portal))?;
-        let text = statement_text(&params::substitute(&stmt.sql, &values));
-        let outcome = self.run(conn, text).await?;
+        let values = params::values(portal, &stmt.params)?;
+        let outcome = self.run(conn, statement_text(&stmt.sql), values).await?;
         if let Outcome::Stream(run) = &outcome {
             // pgwire collects an Execute's rows before sending them unless the client fetches
             // in chunks (max_rows > 0): an endless query would only grow in memory.

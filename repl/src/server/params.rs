@@ -1,114 +1,74 @@
-//! Parameters of the extended protocol (`$1`, `$2`, ...): counted at Parse, and bound by
-//! writing each value into the statement as a SQL literal of its type.
+//! Parameters of the extended protocol (`$1`, `$2`, ...). The types announced to the client
+//! are the ones it declared, else the ones DataFusion infers from where each placeholder
+//! stands, else text. Bound values become scalars that replace the placeholders in the
+//! logical plan (`weir_planner::session::bind_params`): they are never pasted into SQL text.
 
 use chrono::{NaiveDate, NaiveDateTime};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
 use pgwire::api::portal::Portal;
 use pgwire::api::Type;
 use pgwire::error::PgWireResult;
 use rust_decimal::Decimal;
+use weir_connectors::pg_types::pg_type;
 
-/// `$n` placeholders of a statement: (byte range in the text, n).
-fn placeholders(sql: &str) -> Vec<(std::ops::Range<usize>, usize)> {
-    let dialect = PostgreSqlDialect {};
-    let Ok(tokens) = Tokenizer::new(&dialect, sql).tokenize_with_location() else {
-        return Vec::new();
-    };
-    // Line / column (1-based, in characters) to byte offsets.
-    let line_starts: Vec<usize> = std::iter::once(0)
-        .chain(sql.match_indices('\n').map(|(i, _)| i + 1))
-        .collect();
-    let offset = |line: u64, column: u64| -> Option<usize> {
-        let start = *line_starts.get((line as usize).checked_sub(1)?)?;
-        let rest = &sql[start..];
-        let col = (column as usize).checked_sub(1)?;
-        Some(start + rest.char_indices().nth(col).map_or(rest.len(), |(i, _)| i))
-    };
-    tokens
+/// The type of each parameter as the server announces it (ParameterDescription).
+pub fn announced(declared: &[Option<Type>], inferred: &[Option<DataType>]) -> Vec<Type> {
+    inferred
         .iter()
-        .filter_map(|t| match &t.token {
-            Token::Placeholder(p) => {
-                let n: usize = p.strip_prefix('$')?.parse().ok()?;
-                let from = offset(t.span.start.line, t.span.start.column)?;
-                Some((from..from + p.len(), n))
-            }
-            _ => None,
+        .enumerate()
+        .map(|(i, t)| {
+            declared
+                .get(i)
+                .cloned()
+                .flatten()
+                .or_else(|| t.as_ref().map(pg_type))
+                .unwrap_or(Type::TEXT)
         })
         .collect()
 }
 
-/// How many parameters the statement takes (the highest `$n`).
-pub fn count(sql: &str) -> usize {
-    placeholders(sql).iter().map(|(_, n)| *n).max().unwrap_or(0)
-}
-
-/// The statement with every `$n` replaced by `values[n - 1]`.
-pub fn substitute(sql: &str, values: &[String]) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut at = 0;
-    for (range, n) in placeholders(sql) {
-        out.push_str(&sql[at..range.start]);
-        match values.get(n - 1) {
-            Some(v) => out.push_str(v),
-            None => out.push_str(&sql[range.clone()]),
-        }
-        at = range.end;
-    }
-    out.push_str(&sql[at..]);
-    out
-}
-
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
-/// The bound parameters of a portal as SQL literals, read by the types the client declared
-/// (or, for undeclared ones, as text).
-pub fn literals<S: Clone>(portal: &Portal<S>, types: &[Type]) -> PgWireResult<Vec<String>> {
+/// The bound values of a portal, read by their announced types; NULL stays a typeless NULL
+/// (DataFusion types it by the placeholder).
+pub fn values<S: Clone>(portal: &Portal<S>, types: &[Type]) -> PgWireResult<Vec<ScalarValue>> {
     (0..portal.parameter_len())
         .map(|i| {
             let ty = types.get(i).cloned().unwrap_or(Type::UNKNOWN);
-            let lit = match ty {
-                Type::BOOL => portal.parameter::<bool>(i, &ty)?.map(|b| {
-                    if b {
-                        "TRUE".into()
-                    } else {
-                        "FALSE".into()
-                    }
-                }),
-                Type::INT2 => portal.parameter::<i16>(i, &ty)?.map(|v| v.to_string()),
-                Type::INT4 => portal.parameter::<i32>(i, &ty)?.map(|v| v.to_string()),
-                Type::INT8 => portal.parameter::<i64>(i, &ty)?.map(|v| v.to_string()),
-                Type::FLOAT4 => portal
-                    .parameter::<f32>(i, &ty)?
-                    .map(|v| float_literal(f64::from(v))),
-                Type::FLOAT8 => portal.parameter::<f64>(i, &ty)?.map(float_literal),
-                Type::NUMERIC => portal.parameter::<Decimal>(i, &ty)?.map(|v| v.to_string()),
+            let value = match ty {
+                Type::BOOL => portal.parameter::<bool>(i, &ty)?.map(ScalarValue::from),
+                Type::INT2 => portal.parameter::<i16>(i, &ty)?.map(ScalarValue::from),
+                Type::INT4 => portal.parameter::<i32>(i, &ty)?.map(ScalarValue::from),
+                Type::INT8 => portal.parameter::<i64>(i, &ty)?.map(ScalarValue::from),
+                Type::FLOAT4 => portal.parameter::<f32>(i, &ty)?.map(ScalarValue::from),
+                Type::FLOAT8 => portal.parameter::<f64>(i, &ty)?.map(ScalarValue::from),
+                Type::NUMERIC => portal.parameter::<Decimal>(i, &ty)?.map(decimal),
                 Type::TIMESTAMP => portal
                     .parameter::<NaiveDateTime>(i, &ty)?
-                    .map(|v| format!("TIMESTAMP '{}'", v.format("%Y-%m-%d %H:%M:%S%.f"))),
-                Type::DATE => portal
-                    .parameter::<NaiveDate>(i, &ty)?
-                    .map(|v| format!("DATE '{v}'")),
+                    .map(|v| timestamp(&v)),
+                Type::DATE => portal.parameter::<NaiveDate>(i, &ty)?.map(date),
                 _ => {
-                    // Text, varchar, unknown: the value as a string literal (DataFusion
-                    // coerces it where a number or timestamp is expected).
+                    // Text, varchar, unknown: a string (cast to the placeholder's type).
                     let raw = portal.parameters.get(i).cloned().flatten();
-                    raw.map(|b| quote(&String::from_utf8_lossy(&b)))
+                    raw.map(|b| ScalarValue::Utf8(Some(String::from_utf8_lossy(&b).into_owned())))
                 }
             };
-            Ok(lit.unwrap_or_else(|| "NULL".into()))
+            Ok(value.unwrap_or(ScalarValue::Null))
         })
         .collect()
 }
 
-fn float_literal(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v:?}")
-    } else {
-        format!("CAST('{v}' AS DOUBLE)")
-    }
+fn decimal(v: Decimal) -> ScalarValue {
+    ScalarValue::Decimal128(Some(v.mantissa()), 38, v.scale() as i8)
+}
+
+fn timestamp(v: &NaiveDateTime) -> ScalarValue {
+    let micros = v.and_utc().timestamp_micros();
+    ScalarValue::TimestampMicrosecond(Some(micros), None)
+}
+
+fn date(v: NaiveDate) -> ScalarValue {
+    let days = v.signed_duration_since(NaiveDate::default()).num_days();
+    ScalarValue::Date32(Some(days as i32))
 }
 
 #[cfg(test)]
@@ -116,18 +76,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn placeholders_outside_strings_and_comments_are_replaced() {
-        let sql = "SELECT '$1', \"$2\" -- $1\n FROM t WHERE a = $1 AND b = $2 AND é = $1";
-        assert_eq!(count(sql), 2);
-        let out = substitute(sql, &["10".into(), "'x'".into()]);
+    fn declared_types_win_then_inferred_then_text() {
+        let declared = [Some(Type::INT4), None, None];
+        let inferred = [Some(DataType::Int64), Some(DataType::Int64), None];
         assert_eq!(
-            out,
-            "SELECT '$1', \"$2\" -- $1\n FROM t WHERE a = 10 AND b = 'x' AND é = 10"
+            announced(&declared, &inferred),
+            vec![Type::INT4, Type::INT8, Type::TEXT]
         );
     }
 
     #[test]
-    fn quotes_are_doubled() {
-        assert_eq!(quote("it's"), "'it''s'");
+    fn values_keep_their_scale_and_epoch() {
+        assert_eq!(
+            decimal(Decimal::new(-12345, 2)),
+            ScalarValue::Decimal128(Some(-12345), 38, 2)
+        );
+        let day = NaiveDate::from_ymd_opt(1970, 1, 2).unwrap();
+        assert_eq!(date(day), ScalarValue::Date32(Some(1)));
+        let t = day.and_hms_micro_opt(0, 0, 1, 5).unwrap();
+        assert_eq!(
+            timestamp(&t),
+            ScalarValue::TimestampMicrosecond(Some(86_401_000_005), None)
+        );
     }
 }

@@ -17,7 +17,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::MemorySchemaProvider;
 use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
-use datafusion::error::Result as DFResult;
+use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
     Volatility,
@@ -25,6 +25,7 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use weir_planner::session::{bind_params, parameter_list};
 use weir_planner::Catalog;
 
 use super::handler::WireError;
@@ -596,34 +597,69 @@ fn catalog_context(catalog: &Catalog) -> DFResult<SessionContext> {
     Ok(ctx)
 }
 
-/// Answers a catalog query.
-pub fn answer(sql: &str, catalog: &Catalog) -> Result<(SchemaRef, Vec<RecordBatch>), WireError> {
-    let internal = |e: datafusion::error::DataFusionError| WireError::new("XX000", e.to_string());
-    let ctx = catalog_context(catalog).map_err(internal)?;
-    let text = rewrite(sql);
-    let run = async {
-        let df = ctx.sql(&text).await?;
-        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let batches = df.collect().await?;
-        Ok::<_, datafusion::error::DataFusionError>((schema, batches))
-    };
-    let result = match tokio::runtime::Handle::try_current() {
-        Ok(handle) => handle.block_on(run),
+/// Runs `f` to completion on the current runtime, or on a new one outside any.
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, WireError> {
+    Ok(match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle.block_on(f),
         Err(_) => tokio::runtime::Builder::new_current_thread()
             .build()
             .map_err(|e| WireError::new("XX000", e.to_string()))?
-            .block_on(run),
-    };
+            .block_on(f),
+    })
+}
+
+fn unsupported(e: DataFusionError) -> WireError {
+    WireError::new(
+        "0A000",
+        format!(
+            "catalog query not supported by weir: {}",
+            e.strip_backtrace()
+        ),
+    )
+}
+
+/// Plans a catalog query: its columns and the types DataFusion infers for its parameters.
+pub fn prepare(
+    sql: &str,
+    catalog: &Catalog,
+) -> Result<(SchemaRef, Vec<Option<DataType>>), WireError> {
+    let ctx = catalog_context(catalog).map_err(|e| WireError::new("XX000", e.to_string()))?;
+    let text = rewrite(sql);
+    let planned = block_on(async {
+        let df = ctx.sql(&text).await?;
+        let types = df.logical_plan().get_parameter_types()?;
+        Ok::<_, DataFusionError>((Arc::new(df.schema().as_arrow().clone()), types))
+    })?;
+    match planned {
+        Ok((schema, types)) => Ok((schema, parameter_list(&types))),
+        Err(_) if reads_empty_table(sql) => Ok((Arc::new(Schema::empty()), Vec::new())),
+        Err(e) => Err(unsupported(e)),
+    }
+}
+
+/// Answers a catalog query, `params` in place of its `$1`, `$2`, ...
+pub fn answer(
+    sql: &str,
+    catalog: &Catalog,
+    params: &[ScalarValue],
+) -> Result<(SchemaRef, Vec<RecordBatch>), WireError> {
+    let ctx = catalog_context(catalog).map_err(|e| WireError::new("XX000", e.to_string()))?;
+    let text = rewrite(sql);
+    let result = block_on(async {
+        let mut df = ctx.sql(&text).await?;
+        if !params.is_empty() {
+            let plan = bind_params(df.logical_plan().clone(), params)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            df = ctx.execute_logical_plan(plan).await?;
+        }
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await?;
+        Ok::<_, DataFusionError>((schema, batches))
+    })?;
     match result {
         Ok(r) => Ok(r),
         Err(_) if reads_empty_table(sql) => Ok((Arc::new(Schema::empty()), Vec::new())),
-        Err(e) => Err(WireError::new(
-            "0A000",
-            format!(
-                "catalog query not supported by weir: {}",
-                e.strip_backtrace()
-            ),
-        )),
+        Err(e) => Err(unsupported(e)),
     }
 }
 
