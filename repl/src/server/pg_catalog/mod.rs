@@ -23,12 +23,15 @@ use datafusion::logical_expr::{
     Volatility,
 };
 use datafusion::prelude::SessionContext;
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use weir_planner::session::{bind_params, parameter_list};
 use weir_planner::Catalog;
 
 use super::handler::WireError;
+
+mod sql;
+
+pub use sql::is_catalog_query;
+use sql::{reads_empty_table, rewrite};
 
 /// Catalog tables weir has nothing in.
 const EMPTY_TABLES: &[(&str, &[&str])] = &[
@@ -122,143 +125,6 @@ const CATALOG_TABLES: &[&str] = &[
     "pg_user",
     "pg_settings",
 ];
-
-/// Whether a statement reads the PostgreSQL catalog (and weir answers it here).
-pub fn is_catalog_query(sql: &str) -> bool {
-    let dialect = PostgreSqlDialect {};
-    let Ok(tokens) = Tokenizer::new(&dialect, sql).tokenize() else {
-        return false;
-    };
-    tokens.iter().any(|t| match t {
-        Token::Word(w) => {
-            let v = w.value.to_ascii_lowercase();
-            v == "pg_catalog"
-                || v == "information_schema"
-                || CATALOG_TABLES.contains(&v.as_str())
-                || EMPTY_TABLES.iter().any(|(n, _)| *n == v)
-        }
-        _ => false,
-    })
-}
-
-/// psql's catalog SQL in a form DataFusion plans: `pg_catalog.` qualifiers dropped,
-/// `OPERATOR(pg_catalog.~)` as `~`, no `COLLATE`, casts to reg* and oid types dropped.
-fn rewrite(sql: &str) -> String {
-    let dialect = PostgreSqlDialect {};
-    let Ok(tokens) = Tokenizer::new(&dialect, sql).tokenize() else {
-        return sql.to_string();
-    };
-    let is_word = |t: Option<&Token>, w: &str| matches!(t, Some(Token::Word(x)) if x.value.eq_ignore_ascii_case(w));
-    let mut out = String::with_capacity(sql.len());
-    let mut i = 0;
-    while i < tokens.len() {
-        let t = &tokens[i];
-        // pg_catalog . name  ->  name
-        if is_word(Some(t), "pg_catalog") && matches!(tokens.get(i + 1), Some(Token::Period)) {
-            i += 2;
-            continue;
-        }
-        // OPERATOR ( pg_catalog . op )  ->  op
-        if is_word(Some(t), "operator") && matches!(tokens.get(i + 1), Some(Token::LParen)) {
-            if let Some(close) = tokens[i..].iter().position(|t| *t == Token::RParen) {
-                let op = &tokens[i + close - 1];
-                out.push(' ');
-                out.push_str(&op.to_string());
-                out.push(' ');
-                i += close + 1;
-                continue;
-            }
-        }
-        // COLLATE pg_catalog.default / COLLATE "C"
-        if is_word(Some(t), "collate") {
-            let mut j = i + 1;
-            while matches!(tokens.get(j), Some(Token::Whitespace(_))) {
-                j += 1;
-            }
-            if is_word(tokens.get(j), "pg_catalog") {
-                j += 2;
-            }
-            i = j + 1;
-            continue;
-        }
-        // A subquery over a catalog weir has nothing in is empty: replace it by an empty
-        // uncorrelated one (DataFusion cannot plan some of psql's correlated forms).
-        if *t == Token::LParen {
-            if let Some(len) = empty_subquery(&tokens[i..]) {
-                out.push_str("(SELECT NULL WHERE false)");
-                i += len;
-                continue;
-            }
-        }
-        // ::regclass and friends
-        if *t == Token::DoubleColon {
-            let mut j = i + 1;
-            if is_word(tokens.get(j), "pg_catalog") {
-                j += 2;
-            }
-            if let Some(Token::Word(w)) = tokens.get(j) {
-                let ty = w.value.to_ascii_lowercase();
-                match ty.as_str() {
-                    "regclass" | "regtype" | "regnamespace" | "regproc" | "regprocedure"
-                    | "oid" => {
-                        i = j + 1;
-                        continue;
-                    }
-                    "name" | "char" => {
-                        out.push_str("::text");
-                        i = j + 1;
-                        continue;
-                    }
-                    _ => {}
-                }
-            }
-        }
-        match t {
-            Token::SingleQuotedString(s) => {
-                out.push('\'');
-                out.push_str(&s.replace('\'', "''"));
-                out.push('\'');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-        i += 1;
-    }
-    out
-}
-
-/// When `tokens` start with `( SELECT ...)` whose own FROM list (depth 0 inside it, no
-/// LEFT / FULL JOIN or UNION) names an empty catalog table: the subquery's length in tokens.
-fn empty_subquery(tokens: &[Token]) -> Option<usize> {
-    let mut words = tokens[1..]
-        .iter()
-        .filter(|t| !matches!(t, Token::Whitespace(_)));
-    match words.next() {
-        Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("select") => {}
-        _ => return None,
-    }
-    let mut depth = 0i32;
-    let mut reads_empty = false;
-    for (i, t) in tokens.iter().enumerate() {
-        match t {
-            Token::LParen => depth += 1,
-            Token::RParen => {
-                depth -= 1;
-                if depth == 0 {
-                    return reads_empty.then_some(i + 1);
-                }
-            }
-            Token::Word(w) if depth == 1 => {
-                let v = w.value.to_ascii_lowercase();
-                if matches!(v.as_str(), "left" | "full" | "right" | "union") {
-                    return None;
-                }
-                reads_empty |= EMPTY_TABLES.iter().any(|(n, _)| *n == v);
-            }
-            _ => {}
-        }
-    }
-    None
-}
 
 const PUBLIC_OID: i64 = 2200;
 const CATALOG_OID: i64 = 11;
@@ -663,31 +529,6 @@ pub fn answer(
     }
 }
 
-/// Whether the outer query reads a table weir has no rows in (a name at parenthesis depth 0;
-/// subqueries do not count).
-fn reads_empty_table(sql: &str) -> bool {
-    let dialect = PostgreSqlDialect {};
-    let Ok(tokens) = Tokenizer::new(&dialect, sql).tokenize() else {
-        return false;
-    };
-    let mut depth = 0i32;
-    tokens.iter().any(|t| match t {
-        Token::LParen => {
-            depth += 1;
-            false
-        }
-        Token::RParen => {
-            depth -= 1;
-            false
-        }
-        Token::Word(w) if depth == 0 => {
-            let v = w.value.to_ascii_lowercase();
-            EMPTY_TABLES.iter().any(|(n, _)| *n == v)
-        }
-        _ => false,
-    })
-}
-
 /// The catalog functions psql and drivers call.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct PgFunction {
@@ -787,33 +628,5 @@ impl ScalarUDFImpl for PgFunction {
                 ColumnarValue::Array(Arc::new(names))
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn psql_spellings_are_rewritten() {
-        let sql = "SELECT c.oid::pg_catalog.regclass FROM pg_catalog.pg_class c \
-                   WHERE c.relname OPERATOR(pg_catalog.~) '^(bids)$' COLLATE pg_catalog.default";
-        let out = rewrite(sql);
-        assert_eq!(
-            out,
-            "SELECT c.oid FROM pg_class c WHERE c.relname  ~  '^(bids)$' "
-        );
-    }
-
-    #[test]
-    fn catalog_queries_are_recognised() {
-        assert!(is_catalog_query("select * from pg_catalog.pg_class"));
-        assert!(is_catalog_query(
-            "SELECT table_name FROM information_schema.tables"
-        ));
-        assert!(!is_catalog_query(
-            "SELECT * FROM bids WHERE note = 'pg_class'"
-        ));
-        assert!(!is_catalog_query("SELECT * FROM pg_bids"));
     }
 }
