@@ -87,7 +87,9 @@ pub fn is_catalog_query(sql: &str) -> bool {
 /// psql's catalog SQL in a form DataFusion plans (see the module above); SQL that does not
 /// parse is returned as it is, for DataFusion to report.
 pub fn rewrite(sql: &str) -> String {
-    let Some(mut statement) = parse(sql) else {
+    let (Some(mut statement), Some(Statement::Query(empty))) =
+        (parse(sql), parse("SELECT NULL WHERE false"))
+    else {
         return sql.to_string();
     };
     let _ = visit_relations_mut(&mut statement, |name| {
@@ -95,13 +97,14 @@ pub fn rewrite(sql: &str) -> String {
         ControlFlow::<()>::Continue(())
     });
     let _ = visit_expressions_mut(&mut statement, |e| {
-        rewrite_expr(e);
+        rewrite_expr(e, &empty);
         ControlFlow::<()>::Continue(())
     });
     statement.to_string()
 }
 
-fn rewrite_expr(e: &mut Expr) {
+/// Rewrites one expression; `empty` replaces subqueries over empty catalogs.
+fn rewrite_expr(e: &mut Expr, empty: &Query) {
     match e {
         Expr::Function(f) => strip_pg_catalog(&mut f.name),
         Expr::BinaryOp { op, .. } => {
@@ -119,10 +122,12 @@ fn rewrite_expr(e: &mut Expr) {
             Cast::To(t) => *data_type = t,
             Cast::Keep => {}
         },
-        Expr::Subquery(q) if reads_only_empty(q) => *q = empty_query(),
-        Expr::Exists { subquery, .. } if reads_only_empty(subquery) => *subquery = empty_query(),
+        Expr::Subquery(q) if reads_only_empty(q) => *q = Box::new(empty.clone()),
+        Expr::Exists { subquery, .. } if reads_only_empty(subquery) => {
+            *subquery = Box::new(empty.clone())
+        }
         Expr::InSubquery { subquery, .. } if reads_only_empty(subquery) => {
-            *subquery = empty_query()
+            *subquery = Box::new(empty.clone())
         }
         _ => {}
     }
@@ -179,14 +184,6 @@ fn cast_target(data_type: &DataType) -> Cast {
         }
     }
     Cast::Keep
-}
-
-/// `(SELECT NULL WHERE false)`.
-fn empty_query() -> Box<Query> {
-    match parse("SELECT NULL WHERE false") {
-        Some(Statement::Query(q)) => q,
-        _ => unreachable!("a constant query parses"),
-    }
 }
 
 /// Whether a subquery's own FROM list reads a catalog weir has nothing in, with no outer
