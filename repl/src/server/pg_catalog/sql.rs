@@ -122,12 +122,10 @@ fn rewrite_expr(e: &mut Expr, empty: &Query) {
             Cast::To(t) => *data_type = t,
             Cast::Keep => {}
         },
-        Expr::Subquery(q) if reads_only_empty(q) => *q = Box::new(empty.clone()),
-        Expr::Exists { subquery, .. } if reads_only_empty(subquery) => {
-            *subquery = Box::new(empty.clone())
-        }
+        Expr::Subquery(q) if reads_only_empty(q) => **q = empty.clone(),
+        Expr::Exists { subquery, .. } if reads_only_empty(subquery) => **subquery = empty.clone(),
         Expr::InSubquery { subquery, .. } if reads_only_empty(subquery) => {
-            *subquery = Box::new(empty.clone())
+            **subquery = empty.clone()
         }
         _ => {}
     }
