@@ -1,7 +1,6 @@
-//! What DataFusion's SQL planner sees: weir's tables (and the synthetic tables standing for
-//! window table functions) as table sources, and DataFusion's functions.
+//! What DataFusion's SQL planner sees: weir's tables as table sources, the window table
+//! functions' relation planner, and DataFusion's functions.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -9,7 +8,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::TableReference;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
-use datafusion::logical_expr::planner::ExprPlanner;
+use datafusion::logical_expr::planner::{ExprPlanner, RelationPlanner};
 use datafusion::logical_expr::{AggregateUDF, HigherOrderUDF, ScalarUDF, TableSource, WindowUDF};
 use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::prelude::SessionConfig as DFSessionConfig;
@@ -17,6 +16,7 @@ use datafusion::sql::planner::ContextProvider;
 use weir_engine::WindowSpec;
 
 use crate::catalog::Catalog;
+use crate::window_tvf::WindowFunctions;
 
 /// A window table function applied to a table.
 #[derive(Debug, Clone)]
@@ -65,33 +65,25 @@ pub fn new_session_state() -> SessionState {
         .with_config(config)
         .with_default_features()
         .with_optimizer_rules(rules)
+        .with_relation_planners(vec![Arc::new(WindowFunctions)])
         .build()
 }
 
-/// The planner's view of one statement: the catalog plus this statement's window tables.
+/// The planner's view of the catalog and the session's functions.
 pub struct PlanningContext<'a> {
     pub state: &'a SessionState,
     pub catalog: &'a Catalog,
-    pub windows: HashMap<String, Arc<StreamTableSource>>,
 }
 
 impl<'a> PlanningContext<'a> {
     pub fn new(state: &'a SessionState, catalog: &'a Catalog) -> Self {
-        Self {
-            state,
-            catalog,
-            windows: HashMap::new(),
-        }
+        Self { state, catalog }
     }
 }
 
 impl ContextProvider for PlanningContext<'_> {
     fn get_table_source(&self, name: TableReference) -> DFResult<Arc<dyn TableSource>> {
-        let table = name.table();
-        if let Some(w) = self.windows.get(table) {
-            return Ok(Arc::clone(w) as Arc<dyn TableSource>);
-        }
-        match self.catalog.get(table) {
+        match self.catalog.get(name.table()) {
             Some(def) => Ok(Arc::new(StreamTableSource {
                 schema: Arc::clone(&def.schema),
                 kind: ScanKind::Table(def.name.clone()),
@@ -101,6 +93,10 @@ impl ContextProvider for PlanningContext<'_> {
                 crate::error::PlanError::UnknownTable(name.to_string()),
             ))),
         }
+    }
+
+    fn get_relation_planners(&self) -> &[Arc<dyn RelationPlanner>] {
+        self.state.relation_planners()
     }
 
     fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {

@@ -58,12 +58,16 @@ fn datafusion_message(e: &DataFusionError) -> String {
 }
 
 impl From<DataFusionError> for PlanError {
-    /// A missing table comes back through DataFusion's planner as the typed error weir's
-    /// context provider raised.
+    /// An error weir raised inside DataFusion's planner (a missing table from the context
+    /// provider, a bad window function call from the relation planner) comes back with its
+    /// kind.
     fn from(e: DataFusionError) -> Self {
         if let DataFusionError::External(inner) = e.find_root() {
-            if let Some(PlanError::UnknownTable(name)) = inner.downcast_ref::<PlanError>() {
-                return PlanError::UnknownTable(name.clone());
+            if let Some(own) = inner
+                .downcast_ref::<PlanError>()
+                .and_then(PlanError::cloned)
+            {
+                return own;
             }
         }
         PlanError::DataFusion(e)
@@ -71,6 +75,19 @@ impl From<DataFusionError> for PlanError {
 }
 
 impl PlanError {
+    /// A copy of the errors that are only a message.
+    fn cloned(&self) -> Option<PlanError> {
+        Some(match self {
+            PlanError::NotSupported(m) => PlanError::NotSupported(m.clone()),
+            PlanError::UnknownTable(m) => PlanError::UnknownTable(m.clone()),
+            PlanError::TableExists(m) => PlanError::TableExists(m.clone()),
+            PlanError::PermissionDenied(m) => PlanError::PermissionDenied(m.clone()),
+            PlanError::Invalid(m) => PlanError::Invalid(m.clone()),
+            PlanError::Internal(m) => PlanError::Internal(m.clone()),
+            _ => return None,
+        })
+    }
+
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         PlanError::Io {
             context: context.into(),

@@ -32,7 +32,6 @@ use crate::context::{new_session_state, PlanningContext};
 use crate::error::{PlanError, Result};
 use crate::sql::{object_name, parse_statement, StatementText, Transaction, WeirStatement};
 use crate::stream_plan::{reads_tables, StreamPlanner};
-use crate::window_tvf::rewrite_window_functions;
 use crate::{invalid, not_supported};
 
 /// Session settings (`SET name = value`).
@@ -287,7 +286,7 @@ impl Session {
                     true,
                 )])))),
                 Statement::Query(_) => {
-                    let (plan, _) = self.logical_plan(*s)?;
+                    let plan = self.logical_plan(*s)?;
                     Ok(Some(Arc::new(plan.schema().as_arrow().clone())))
                 }
                 // DESCRIBE lists columns and has no side effects: run it for its columns.
@@ -313,25 +312,11 @@ impl Session {
     }
 
     /// SQL statement -> optimized logical plan.
-    /// SQL statement -> optimized logical plan, and the synthetic window tables it reads
-    /// (name, table the window function was applied to).
-    fn logical_plan(
-        &self,
-        mut statement: Statement,
-    ) -> Result<(LogicalPlan, Vec<(String, String)>)> {
-        let windows = rewrite_window_functions(&self.state, &self.catalog, &mut statement)?;
-        let names = windows
-            .iter()
-            .map(|(name, source)| match &source.kind {
-                crate::context::ScanKind::Window(w) => (name.clone(), w.table.clone()),
-                crate::context::ScanKind::Table(t) => (name.clone(), t.clone()),
-            })
-            .collect();
-        let mut ctx = PlanningContext::new(&self.state, &self.catalog);
-        ctx.windows.extend(windows);
+    fn logical_plan(&self, statement: Statement) -> Result<LogicalPlan> {
+        let ctx = PlanningContext::new(&self.state, &self.catalog);
         let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
         let plan = self.bind_params(planner.sql_statement_to_plan(statement)?)?;
-        Ok((self.state.optimize(&plan)?, names))
+        Ok(self.state.optimize(&plan)?)
     }
 
     /// How ad-hoc queries run.
@@ -348,7 +333,7 @@ impl Session {
     }
 
     fn query(&mut self, statement: Statement) -> Result<StatementResult> {
-        let (plan, _) = self.logical_plan(statement)?;
+        let plan = self.logical_plan(statement)?;
         if !reads_tables(&plan) {
             return self.run_constant(plan);
         }
@@ -399,7 +384,7 @@ impl Session {
     }
 
     fn explain(&mut self, statement: Statement, analyze: bool) -> Result<StatementResult> {
-        let (plan, windows) = self.logical_plan(statement)?;
+        let plan = self.logical_plan(statement)?;
         if !reads_tables(&plan) {
             return Ok(text_rows(
                 &["plan"],
@@ -417,16 +402,7 @@ impl Session {
             self.config.parallelism,
         )
         .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
-        // Show the window tables under the name of the table they window.
-        let mut lines: Vec<String> = graph
-            .explain()
-            .into_iter()
-            .map(|l| {
-                windows.iter().rev().fold(l, |l, (synthetic, table)| {
-                    l.replace(synthetic.as_str(), table)
-                })
-            })
-            .collect();
+        let mut lines = graph.explain();
         if !analyze {
             return Ok(text_rows(
                 &["plan"],

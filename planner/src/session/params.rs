@@ -69,7 +69,7 @@ impl Session {
             return Err(only_in_queries());
         }
         let inferred = match self.logical_plan(query) {
-            Ok((plan, _)) => parameter_list(&plan.get_parameter_types()?),
+            Ok(plan) => parameter_list(&plan.get_parameter_types()?),
             Err(_) => Vec::new(),
         };
         Ok((0..count)

@@ -172,7 +172,7 @@ impl Session {
                 weir_connectors::SINK_CONNECTORS.join(", ")
             ));
         }
-        let (plan, _) = self.logical_plan(Statement::Query(query))?;
+        let plan = self.logical_plan(Statement::Query(query))?;
         if !reads_tables(&plan) {
             return Err(invalid!("{name}: the query reads no table"));
         }
