@@ -16,7 +16,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
-use super::{CATALOG_TABLES, EMPTY_TABLES};
+use super::tables::{CATALOG_TABLES, EMPTY_TABLES};
 
 /// Types whose casts are dropped: weir's oids are plain integers.
 const OID_TYPES: &[&str] = &[
