@@ -199,58 +199,61 @@ impl Column {
 
     /// Writes the value of `row`; false when it is NULL.
     fn write(&self, row: usize, out: &mut Vec<u8>) -> Result<bool, ArrowError> {
-        let array = match self {
-            Self::Text(v) => {
-                if let Some(s) = &v[row] {
-                    out.extend_from_slice(s.as_bytes());
-                }
-                return Ok(v[row].is_some());
-            }
-            Self::Fixed(_, a) | Self::Numeric(a, _) => a,
-        };
-        if array.is_null(row) {
-            return Ok(false);
-        }
         match self {
-            Self::Fixed(Encoding::Bool, a) => out.push(u8::from(a.as_boolean().value(row))),
-            Self::Fixed(Encoding::Int2, a) => {
-                out.extend_from_slice(&a.as_primitive::<Int16Type>().value(row).to_be_bytes())
-            }
-            Self::Fixed(Encoding::Int4, a) => {
-                out.extend_from_slice(&a.as_primitive::<Int32Type>().value(row).to_be_bytes())
-            }
-            Self::Fixed(Encoding::Int8, a) => {
-                out.extend_from_slice(&a.as_primitive::<Int64Type>().value(row).to_be_bytes())
-            }
-            Self::Fixed(Encoding::Float4, a) => {
-                out.extend_from_slice(&a.as_primitive::<Float32Type>().value(row).to_be_bytes())
-            }
-            Self::Fixed(Encoding::Float8, a) => {
-                out.extend_from_slice(&a.as_primitive::<Float64Type>().value(row).to_be_bytes())
-            }
-            Self::Fixed(Encoding::Timestamp, a) => {
-                let micros = a.as_primitive::<TimestampMicrosecondType>().value(row);
-                out.extend_from_slice(&(micros - PG_EPOCH_MICROS).to_be_bytes())
-            }
-            Self::Fixed(Encoding::Date, a) => {
-                let days = a.as_primitive::<Date32Type>().value(row);
-                out.extend_from_slice(&(days - PG_EPOCH_DAYS).to_be_bytes())
-            }
-            Self::Fixed(Encoding::Bytea, a) => {
-                out.extend_from_slice(a.as_binary::<i64>().value(row))
-            }
+            Self::Text(v) => match &v[row] {
+                Some(s) => out.extend_from_slice(s.as_bytes()),
+                None => return Ok(false),
+            },
+            Self::Fixed(_, a) | Self::Numeric(a, _) if a.is_null(row) => return Ok(false),
+            Self::Fixed(encoding, a) => write_fixed(*encoding, a, row, out)?,
             Self::Numeric(a, scale) => {
                 numeric(a.as_primitive::<Decimal128Type>().value(row), *scale, out)
             }
-            Self::Fixed(e, _) => {
-                return Err(ArrowError::ComputeError(format!(
-                    "no binary encoding for {e:?}"
-                )))
-            }
-            Self::Text(_) => unreachable!("text returned above"),
         }
         Ok(true)
     }
+}
+
+/// The binary form of a non-NULL value of a column cast for `encoding`.
+fn write_fixed(
+    encoding: Encoding,
+    a: &ArrayRef,
+    row: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), ArrowError> {
+    match encoding {
+        Encoding::Bool => out.push(u8::from(a.as_boolean().value(row))),
+        Encoding::Int2 => {
+            out.extend_from_slice(&a.as_primitive::<Int16Type>().value(row).to_be_bytes())
+        }
+        Encoding::Int4 => {
+            out.extend_from_slice(&a.as_primitive::<Int32Type>().value(row).to_be_bytes())
+        }
+        Encoding::Int8 => {
+            out.extend_from_slice(&a.as_primitive::<Int64Type>().value(row).to_be_bytes())
+        }
+        Encoding::Float4 => {
+            out.extend_from_slice(&a.as_primitive::<Float32Type>().value(row).to_be_bytes())
+        }
+        Encoding::Float8 => {
+            out.extend_from_slice(&a.as_primitive::<Float64Type>().value(row).to_be_bytes())
+        }
+        Encoding::Timestamp => {
+            let micros = a.as_primitive::<TimestampMicrosecondType>().value(row);
+            out.extend_from_slice(&(micros - PG_EPOCH_MICROS).to_be_bytes())
+        }
+        Encoding::Date => {
+            let days = a.as_primitive::<Date32Type>().value(row);
+            out.extend_from_slice(&(days - PG_EPOCH_DAYS).to_be_bytes())
+        }
+        Encoding::Bytea => out.extend_from_slice(a.as_binary::<i64>().value(row)),
+        Encoding::Text | Encoding::Numeric => {
+            return Err(ArrowError::ComputeError(format!(
+                "no fixed binary encoding for {encoding:?}"
+            )))
+        }
+    }
+    Ok(())
 }
 
 /// Weir's text form of each value, except bytes, which are written as PostgreSQL's `bytea`
