@@ -2,18 +2,19 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::DFSchema;
 use datafusion::sql::planner::SqlToRel;
 use weir_connectors::sinks::postgres::PostgresTable;
 use weir_connectors::{create_source, Options};
+use weir_engine::SourceFactory;
 
 use super::{text_rows, Session, StatementResult};
 use crate::catalog::{TableDef, TableWatermark};
 use crate::context::PlanningContext;
 use crate::error::{PlanError, Result};
 use crate::invalid;
-use crate::sql::{normalize, CreateTable};
+use crate::sql::{normalize, CreateTable, WatermarkClause};
 
 impl Session {
     pub(super) fn show_tables(&self) -> StatementResult {
@@ -98,55 +99,11 @@ impl Session {
                 weir_connectors::SOURCE_CONNECTORS.join(", ")
             ));
         }
-        let source: Arc<dyn weir_engine::SourceFactory> =
-            if options.get("connector") == Some("postgres") {
-                let schema = declared.ok_or_else(|| {
-                    invalid!("table {name}: a PostgreSQL table needs its column list")
-                })?;
-                if watermark.is_some() {
-                    return Err(invalid!(
-                        "table {name}: a PostgreSQL table is written, not read: no WATERMARK"
-                    ));
-                }
-                Arc::new(PostgresTable::from_options(&name, schema, &options)?)
-            } else {
-                create_source(&name, declared, &options)?
-            };
+        let source = table_source(&name, declared, &options, watermark.is_some())?;
         let schema = source.schema();
-        let watermark = match watermark {
-            None => None,
-            Some(w) => {
-                let column = normalize(&w.column);
-                let field = schema
-                    .field_with_name(&column)
-                    .map_err(|_| invalid!("table {name}: WATERMARK FOR names column '{column}', which the table does not have"))?;
-                if !matches!(field.data_type(), DataType::Timestamp(..)) {
-                    return Err(invalid!(
-                        "table {name}: WATERMARK FOR {column}: the column must be a TIMESTAMP, it is {}",
-                        field.data_type()
-                    ));
-                }
-                let df_schema = DFSchema::try_from_qualified_schema(name.as_str(), &schema)?;
-                let expr = self
-                    .state
-                    .create_logical_expr(&w.expr.to_string(), &df_schema)?;
-                let ty = datafusion::logical_expr::ExprSchemable::to_field(&expr, &df_schema)?
-                    .1
-                    .data_type()
-                    .clone();
-                if !matches!(ty, DataType::Timestamp(..)) {
-                    return Err(invalid!(
-                        "table {name}: the watermark expression {} must be a TIMESTAMP, it is {ty}",
-                        w.expr
-                    ));
-                }
-                Some(TableWatermark {
-                    column,
-                    text: w.expr.to_string(),
-                    expr,
-                })
-            }
-        };
+        let watermark = watermark
+            .map(|w| self.table_watermark(&name, &schema, w))
+            .transpose()?;
         self.catalog.insert(TableDef {
             name,
             schema,
@@ -157,4 +114,64 @@ impl Session {
         })?;
         Ok(StatementResult::Command("CREATE TABLE".into()))
     }
+    /// `WATERMARK FOR column AS expr`, checked against the table's columns.
+    fn table_watermark(
+        &self,
+        name: &str,
+        schema: &SchemaRef,
+        w: WatermarkClause,
+    ) -> Result<TableWatermark> {
+        let column = normalize(&w.column);
+        let field = schema.field_with_name(&column).map_err(|_| {
+            invalid!("table {name}: WATERMARK FOR names column '{column}', which the table does not have")
+        })?;
+        if !matches!(field.data_type(), DataType::Timestamp(..)) {
+            return Err(invalid!(
+                "table {name}: WATERMARK FOR {column}: the column must be a TIMESTAMP, it is {}",
+                field.data_type()
+            ));
+        }
+        let df_schema = DFSchema::try_from_qualified_schema(name, schema)?;
+        let expr = self
+            .state
+            .create_logical_expr(&w.expr.to_string(), &df_schema)?;
+        let ty = datafusion::logical_expr::ExprSchemable::to_field(&expr, &df_schema)?
+            .1
+            .data_type()
+            .clone();
+        if !matches!(ty, DataType::Timestamp(..)) {
+            return Err(invalid!(
+                "table {name}: the watermark expression {} must be a TIMESTAMP, it is {ty}",
+                w.expr
+            ));
+        }
+        Ok(TableWatermark {
+            column,
+            text: w.expr.to_string(),
+            expr,
+        })
+    }
+}
+
+/// The source of a table: its connector's, or for `connector = 'postgres'` a table weir
+/// writes into (which needs its columns declared and has no watermark).
+fn table_source(
+    name: &str,
+    declared: Option<SchemaRef>,
+    options: &Options,
+    has_watermark: bool,
+) -> Result<Arc<dyn SourceFactory>> {
+    if options.get("connector") != Some("postgres") {
+        return Ok(create_source(name, declared, options)?);
+    }
+    let schema = declared
+        .ok_or_else(|| invalid!("table {name}: a PostgreSQL table needs its column list"))?;
+    if has_watermark {
+        return Err(invalid!(
+            "table {name}: a PostgreSQL table is written, not read: no WATERMARK"
+        ));
+    }
+    Ok(Arc::new(PostgresTable::from_options(
+        name, schema, options,
+    )?))
 }
