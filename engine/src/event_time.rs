@@ -101,39 +101,49 @@ impl EventTimeAssigner {
 
     /// Advance the watermark over `batch` and assign windows.
     pub fn assign(&mut self, batch: RecordBatch) -> Result<Assigned> {
-        self.row_watermarks.clear();
-        if let Some(expr) = &self.spec.watermark {
-            let values = expr.evaluate(&batch)?.into_array(batch.num_rows())?;
-            let values = timestamps_as_nanos(&values)?;
-            let mut running = self.watermark;
-            for i in 0..values.len() {
-                self.row_watermarks.push(running);
-                if values.is_valid(i) {
-                    running = running.max(values.value(i));
-                }
-            }
-            self.watermark = running;
-        }
+        self.advance_watermark(&batch)?;
         let Some(window) = &self.spec.window else {
             return Ok(Assigned {
                 batch: Some(batch),
                 late_rows: 0,
             });
         };
-        let row_watermark = |i: usize| -> EventTime {
-            self.row_watermarks.get(i).copied().unwrap_or(WATERMARK_MIN)
+        let (pairs, late_rows) = self.row_windows(window, &batch)?;
+        Ok(Assigned {
+            batch: windowed_batch(window, &batch, pairs)?,
+            late_rows,
+        })
+    }
+
+    /// Moves the watermark over the rows of `batch`, keeping the watermark just before each.
+    fn advance_watermark(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.row_watermarks.clear();
+        let Some(expr) = &self.spec.watermark else {
+            return Ok(());
         };
+        let values = expr.evaluate(batch)?.into_array(batch.num_rows())?;
+        let values = timestamps_as_nanos(&values)?;
+        let mut running = self.watermark;
+        for i in 0..values.len() {
+            self.row_watermarks.push(running);
+            if values.is_valid(i) {
+                running = running.max(values.value(i));
+            }
+        }
+        self.watermark = running;
+        Ok(())
+    }
+
+    /// The open windows of each row, as (row, window) pairs, and the count of late rows.
+    ///
+    /// The pairs come grouped by the window's rank among the row's windows (0: the latest).
+    /// With rows in time order each rank's windows come in runs, so a hopping window's rows
+    /// reach the aggregation as a few contiguous slices per window instead of interleaved
+    /// (row 1 in windows a b c, row 2 in a b c, ...).
+    fn row_windows(&self, window: &WindowAssignment, batch: &RecordBatch) -> Result<(Bucket, u64)> {
         let times = timestamps_as_nanos(batch.column(window.time_column))?;
         let spec = window.spec;
-        let size = spec.size();
-        // (row, window) pairs in buckets by the window's rank among the row's windows (0: the
-        // latest). With rows in time order each bucket's windows come in runs, so a hopping
-        // window's rows reach the aggregation as a few contiguous slices per window instead of
-        // interleaved (row 1 in windows a b c, row 2 in a b c, ...).
-        let mut buckets: Vec<(Vec<u32>, Vec<i64>)> = vec![(
-            Vec::with_capacity(batch.num_rows()),
-            Vec::with_capacity(batch.num_rows()),
-        )];
+        let mut buckets: Vec<Bucket> = vec![Bucket::with_capacity(batch.num_rows())];
         let mut late_rows = 0u64;
         for i in 0..times.len() {
             if times.is_null(i) {
@@ -143,36 +153,48 @@ impl EventTimeAssigner {
                 continue;
             }
             let t = times.value(i);
-            let wm = row_watermark(i);
+            let wm = self.row_watermarks.get(i).copied().unwrap_or(WATERMARK_MIN);
             let mut rank = 0;
-            let n = spec.for_each_open_window(t, wm, |start| {
+            let n = spec.for_each_open_window(t, wm, |start, end| {
                 if buckets.len() <= rank {
-                    buckets.push((Vec::new(), Vec::new()));
+                    buckets.push(Bucket::with_capacity(0));
                 }
-                buckets[rank].0.push(i as u32);
-                buckets[rank].1.push(start);
+                buckets[rank].push(i as u32, start, end);
                 rank += 1;
             });
-            if n == 0 && spec.last_start(t).saturating_add(size) > t {
+            if n == 0 && spec.covers(t) {
                 late_rows += 1;
             }
         }
         let mut buckets = buckets.into_iter();
-        let (mut indices, mut starts) = buckets.next().unwrap_or_default();
-        for (i, s) in buckets {
-            indices.extend(i);
-            starts.extend(s);
+        let mut all = buckets.next().unwrap_or_default();
+        for b in buckets {
+            all.indices.extend(b.indices);
+            all.starts.extend(b.starts);
+            all.ends.extend(b.ends);
         }
-        if indices.is_empty() {
-            return Ok(Assigned {
-                batch: None,
-                late_rows,
-            });
-        }
-        let rows = indices.len();
-        let mut columns: Vec<ArrayRef> = if rows == batch.num_rows()
-            && indices.iter().enumerate().all(|(i, &j)| i as u32 == j)
-        {
+        Ok((all, late_rows))
+    }
+}
+
+/// The rows of `batch` copied once per window, with `window_start` and `window_end` added
+/// (columns no scan reads as NULL columns); `None` when no row has an open window.
+fn windowed_batch(
+    window: &WindowAssignment,
+    batch: &RecordBatch,
+    pairs: Bucket,
+) -> Result<Option<RecordBatch>> {
+    let Bucket {
+        indices,
+        starts,
+        ends,
+    } = pairs;
+    if indices.is_empty() {
+        return Ok(None);
+    }
+    let rows = indices.len();
+    let mut columns: Vec<ArrayRef> =
+        if rows == batch.num_rows() && indices.iter().enumerate().all(|(i, &j)| i as u32 == j) {
             batch.columns().to_vec()
         } else {
             let idx = UInt32Array::from(indices);
@@ -189,23 +211,44 @@ impl EventTimeAssigner {
                 })
                 .collect::<Result<_, _>>()?
         };
-        for &i in &window.unused {
-            if let Some(c) = columns.get_mut(i) {
-                if c.data_type() != &DataType::Null {
-                    *c = Arc::new(NullArray::new(rows));
-                }
+    for &i in &window.unused {
+        if let Some(c) = columns.get_mut(i) {
+            if c.data_type() != &DataType::Null {
+                *c = Arc::new(NullArray::new(rows));
             }
         }
-        let ends: Vec<i64> = starts.iter().map(|s| s.saturating_add(size)).collect();
-        columns.push(Arc::new(TimestampNanosecondArray::from(starts)));
-        columns.push(Arc::new(TimestampNanosecondArray::from(ends)));
-        let options = RecordBatchOptions::new().with_row_count(Some(columns[0].len()));
-        let batch =
-            RecordBatch::try_new_with_options(window.output_schema.clone(), columns, &options)?;
-        Ok(Assigned {
-            batch: Some(batch),
-            late_rows,
-        })
+    }
+    columns.push(Arc::new(TimestampNanosecondArray::from(starts)));
+    columns.push(Arc::new(TimestampNanosecondArray::from(ends)));
+    let options = RecordBatchOptions::new().with_row_count(Some(rows));
+    Ok(Some(RecordBatch::try_new_with_options(
+        window.output_schema.clone(),
+        columns,
+        &options,
+    )?))
+}
+
+/// (row, window) pairs: the rows of one rank among the rows' windows, or all of them.
+#[derive(Default)]
+struct Bucket {
+    indices: Vec<u32>,
+    starts: Vec<EventTime>,
+    ends: Vec<EventTime>,
+}
+
+impl Bucket {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            indices: Vec::with_capacity(n),
+            starts: Vec::with_capacity(n),
+            ends: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, row: u32, start: EventTime, end: EventTime) {
+        self.indices.push(row);
+        self.starts.push(start);
+        self.ends.push(end);
     }
 }
 

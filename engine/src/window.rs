@@ -1,4 +1,4 @@
-//! Event-time window arithmetic for `TUMBLE` and `HOP` (DESIGN.md §2, §3).
+//! Event-time window arithmetic for `TUMBLE`, `HOP` and `CUMULATE` (DESIGN.md §2, §3).
 //!
 //! Windows are `[start, end)` in nanoseconds, aligned to the epoch plus an optional offset.
 
@@ -12,6 +12,10 @@ pub enum WindowSpec {
     Tumble { size: i64, offset: i64 },
     /// `HOP(t, col, slide, size [, offset])`: windows of `size` starting every `slide`.
     Hop { slide: i64, size: i64, offset: i64 },
+    /// `CUMULATE(t, col, step, size [, offset])`: back-to-back periods of `size`; each period
+    /// has the windows `[p, p + step)`, `[p, p + 2 step)`, ... `[p, p + size)`, all starting
+    /// at the period's start `p`.
+    Cumulate { step: i64, size: i64, offset: i64 },
 }
 
 impl WindowSpec {
@@ -39,17 +43,51 @@ impl WindowSpec {
         })
     }
 
-    /// Length of every window.
+    /// A cumulating window; `step` and `size` must be positive and `size` a multiple of `step`.
+    pub fn cumulate(step: i64, size: i64, offset: i64) -> Result<Self> {
+        if step <= 0 || size <= 0 {
+            return Err(EngineError::BadInput(format!(
+                "CUMULATE step and size must be positive, got step {step} ns, size {size} ns"
+            )));
+        }
+        if size % step != 0 {
+            return Err(EngineError::BadInput(format!(
+                "CUMULATE size must be a multiple of step, got step {step} ns, size {size} ns"
+            )));
+        }
+        Ok(WindowSpec::Cumulate { step, size, offset })
+    }
+
+    /// Length of the longest window (of every window for TUMBLE and HOP).
     pub fn size(&self) -> i64 {
         match *self {
-            WindowSpec::Tumble { size, .. } | WindowSpec::Hop { size, .. } => size,
+            WindowSpec::Tumble { size, .. }
+            | WindowSpec::Hop { size, .. }
+            | WindowSpec::Cumulate { size, .. } => size,
         }
     }
 
+    /// Whether every window has the same length (then `window_start` + size is the end).
+    pub fn fixed_size(&self) -> bool {
+        !matches!(self, WindowSpec::Cumulate { .. })
+    }
+
+    /// How many windows a row can belong to.
+    pub fn windows_per_row(&self) -> i128 {
+        let per = |size: i64, step: i64| (size as i128 + step as i128 - 1) / step as i128;
+        match *self {
+            WindowSpec::Tumble { .. } => 1,
+            WindowSpec::Hop { slide, size, .. } => per(size, slide),
+            WindowSpec::Cumulate { step, size, .. } => per(size, step),
+        }
+    }
+
+    /// The distance between window starts, and their offset from the epoch.
     fn step_and_offset(&self) -> (i64, i64) {
         match *self {
             WindowSpec::Tumble { size, offset } => (size, offset),
             WindowSpec::Hop { slide, offset, .. } => (slide, offset),
+            WindowSpec::Cumulate { size, offset, .. } => (size, offset),
         }
     }
 
@@ -65,22 +103,39 @@ impl WindowSpec {
         self.last_start(t).saturating_add(self.size())
     }
 
-    /// Calls `f(start)` for every window containing `t` whose end is above `watermark`, latest
-    /// window first. Returns how many were visited.
+    /// Whether some window contains `t` (a HOP with slide > size leaves gaps).
+    pub fn covers(&self, t: EventTime) -> bool {
+        self.max_end(t) > t
+    }
+
+    /// Calls `f(start, end)` for every window containing `t` whose end is above `watermark`,
+    /// latest end first. Returns how many were visited.
     #[inline]
     pub fn for_each_open_window(
         &self,
         t: EventTime,
         watermark: EventTime,
-        mut f: impl FnMut(EventTime),
+        mut f: impl FnMut(EventTime, EventTime),
     ) -> usize {
+        if let WindowSpec::Cumulate { step, size, .. } = *self {
+            // The windows of t's period that reach past t: ends p + size, p + size - step, ...
+            let start = self.last_start(t);
+            let mut end = start.saturating_add(size);
+            let mut n = 0;
+            while end > t && end > watermark && end > start {
+                f(start, end);
+                n += 1;
+                end = end.saturating_sub(step);
+            }
+            return n;
+        }
         let size = self.size();
         let (step, _) = self.step_and_offset();
         let mut start = self.last_start(t);
         let mut n = 0;
         // Windows containing t have start in (t - size, t]; ends decrease as we go back.
         while start > t.saturating_sub(size) && start.saturating_add(size) > watermark {
-            f(start);
+            f(start, start.saturating_add(size));
             n += 1;
             match start.checked_sub(step) {
                 Some(s) => start = s,
@@ -99,7 +154,10 @@ mod tests {
 
     fn windows(spec: WindowSpec, t: i64, wm: i64) -> Vec<i64> {
         let mut v = vec![];
-        spec.for_each_open_window(t, wm, |s| v.push(s));
+        spec.for_each_open_window(t, wm, |s, e| {
+            assert_eq!(e - s, spec.size(), "window {s}..{e}");
+            v.push(s)
+        });
         v.sort();
         v
     }
@@ -144,6 +202,60 @@ mod tests {
         // watermark 14: windows ending at <= 14 (start <= 4) are closed
         assert_eq!(windows(w, 11 * S, 14 * S), vec![6 * S, 8 * S, 10 * S]);
         assert_eq!(windows(w, 11 * S, 20 * S), Vec::<i64>::new());
+    }
+
+    fn cumulate_windows(spec: WindowSpec, t: i64, wm: i64) -> Vec<(i64, i64)> {
+        let mut v = vec![];
+        spec.for_each_open_window(t, wm, |s, e| v.push((s / S, e / S)));
+        v
+    }
+
+    #[test]
+    fn cumulate_assigns_the_windows_of_the_period_that_reach_past_the_row() {
+        let w = WindowSpec::cumulate(2 * S, 6 * S, 0).unwrap();
+        // period [6, 12): windows ending 8, 10, 12; t = 7 is in all three.
+        assert_eq!(
+            cumulate_windows(w, 7 * S, i64::MIN),
+            vec![(6, 12), (6, 10), (6, 8)]
+        );
+        // t = 8 is not in [6, 8).
+        assert_eq!(cumulate_windows(w, 8 * S, i64::MIN), vec![(6, 12), (6, 10)]);
+        assert_eq!(cumulate_windows(w, 11 * S, i64::MIN), vec![(6, 12)]);
+        assert_eq!(
+            cumulate_windows(w, 12 * S, i64::MIN),
+            vec![(12, 18), (12, 16), (12, 14)]
+        );
+        assert_eq!(
+            cumulate_windows(w, -5 * S, i64::MIN),
+            vec![(-6, 0), (-6, -2), (-6, -4)]
+        );
+        assert_eq!(w.max_end(7 * S), 12 * S);
+        assert_eq!(w.windows_per_row(), 3);
+        assert!(w.covers(7 * S));
+    }
+
+    #[test]
+    fn cumulate_skips_fired_windows_and_honours_the_offset() {
+        let w = WindowSpec::cumulate(2 * S, 6 * S, 0).unwrap();
+        // watermark 10: the windows ending at 8 and 10 have fired.
+        assert_eq!(cumulate_windows(w, 7 * S, 10 * S), vec![(6, 12)]);
+        assert_eq!(cumulate_windows(w, 7 * S, 12 * S), Vec::<(i64, i64)>::new());
+        let w = WindowSpec::cumulate(2 * S, 6 * S, S).unwrap();
+        // periods start at 1, 7, 13, ...
+        assert_eq!(
+            cumulate_windows(w, 7 * S, i64::MIN),
+            vec![(7, 13), (7, 11), (7, 9)]
+        );
+        assert_eq!(cumulate_windows(w, 6 * S, i64::MIN), vec![(1, 7)]);
+    }
+
+    #[test]
+    fn cumulate_needs_a_size_that_is_a_multiple_of_step() {
+        assert!(WindowSpec::cumulate(0, 6, 0).is_err());
+        assert!(WindowSpec::cumulate(2, 0, 0).is_err());
+        let e = WindowSpec::cumulate(4, 6, 0).unwrap_err().to_string();
+        assert!(e.contains("multiple of step"), "{e}");
+        assert!(WindowSpec::cumulate(3, 6, 0).is_ok());
     }
 
     #[test]

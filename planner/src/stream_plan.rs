@@ -36,6 +36,8 @@ use crate::not_supported;
 mod aggregate;
 mod join;
 mod source;
+mod top_n;
+mod union;
 
 use source::source_key;
 
@@ -220,6 +222,9 @@ impl<'a> StreamPlanner<'a> {
             LogicalPlan::TableScan(scan) => self.plan_scan(scan),
             LogicalPlan::Projection(p) => self.plan_projection(p),
             LogicalPlan::Filter(f) => {
+                if let Some(top_n) = self.plan_top_n_filter(f)? {
+                    return Ok(top_n);
+                }
                 let input = self.plan(&f.input)?;
                 let predicate = self.physical(&f.predicate, &input.schema)?;
                 let calc = CalcOperator::new(
@@ -253,9 +258,9 @@ impl<'a> StreamPlanner<'a> {
                 self.limit(input, skip, fetch)
             }
             LogicalPlan::Join(join) => self.plan_join(join),
-            LogicalPlan::Union(_) => Err(not_supported!("UNION")),
+            LogicalPlan::Union(union) => self.plan_union(union),
             LogicalPlan::Window(_) => Err(not_supported!(
-                "OVER (...) window functions; use TUMBLE or HOP with GROUP BY"
+                "OVER (...) window functions other than a window Top-N (ROW_NUMBER() OVER (PARTITION BY window_start, window_end ...) filtered by rownum <= N); aggregate over TUMBLE, HOP or CUMULATE with GROUP BY"
             )),
             LogicalPlan::Distinct(_) => Err(not_supported!("this form of DISTINCT")),
             LogicalPlan::Values(_) | LogicalPlan::EmptyRelation(_) => Err(PlanError::Internal(
@@ -268,6 +273,15 @@ impl<'a> StreamPlanner<'a> {
     /// A projection: a `Project` step, window columns traced through plain column references.
     fn plan_projection(&mut self, p: &datafusion::logical_expr::Projection) -> Result<Stream> {
         let input = self.plan(&p.input)?;
+        self.project(input, p)
+    }
+
+    /// The projection `p` of `input` (the stream of `p`'s input).
+    fn project(
+        &mut self,
+        input: Stream,
+        p: &datafusion::logical_expr::Projection,
+    ) -> Result<Stream> {
         let exprs = p
             .expr
             .iter()

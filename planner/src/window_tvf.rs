@@ -1,5 +1,7 @@
-//! Window table functions in FROM: `TUMBLE(t, col, size [, offset])` and
-//! `HOP(t, col, slide, size [, offset])`.
+//! Window table functions in FROM: `TUMBLE(t, col, size [, offset])`,
+//! `HOP(t, col, slide, size [, offset])` and `CUMULATE(t, col, step, size [, offset])`, with
+//! arguments by position or by Flink's names (`DATA =>`, `TIMECOL =>`, `SIZE =>`, `SLIDE =>`,
+//! `STEP =>`, `OFFSET =>`).
 //!
 //! [`WindowFunctions`] is a DataFusion relation planner: it plans each call into a scan of a
 //! [`StreamTableSource`] whose columns are the table's plus `window_start` and `window_end`
@@ -29,7 +31,8 @@ use crate::sql::normalize;
 use crate::{invalid, not_supported};
 
 const NANOS_PER_DAY: i64 = 86_400_000_000_000;
-/// HOP copies each row into size / slide windows; beyond this a query is a mistake.
+/// HOP and CUMULATE copy each row into size / slide (step) windows; beyond this a query is a
+/// mistake.
 const MAX_WINDOWS_PER_ROW: i128 = 10_000;
 
 /// Plans the window table functions (and refuses other table functions).
@@ -92,11 +95,79 @@ struct Call<'a> {
 }
 
 impl Call<'_> {
-    fn usage(&self) -> &'static str {
-        match self.function.as_str() {
-            "TUMBLE" => "TUMBLE(table, time_column, size [, offset])",
-            _ => "HOP(table, time_column, slide, size [, offset])",
+    /// `TUMBLE(table, time_column, size [, offset])` and the like.
+    fn usage(&self, params: &[&str]) -> String {
+        let middle: Vec<String> = params[2..params.len() - 1]
+            .iter()
+            .map(|p| p.to_ascii_lowercase())
+            .collect();
+        format!(
+            "{}(table, time_column, {} [, offset])",
+            self.function,
+            middle.join(", ")
+        )
+    }
+
+    /// The argument given for each parameter: positional ones in order, named ones
+    /// (`SIZE => ...`) by name. Every parameter but the last (the offset) is required.
+    fn bind(&self, params: &[&str]) -> Result<Vec<Option<&SqlExpr>>> {
+        let function = &self.function;
+        let mut bound: Vec<Option<&SqlExpr>> = vec![None; params.len()];
+        let mut next = 0;
+        for a in self.args {
+            let (slot, expr) = match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => {
+                    next += 1;
+                    (next - 1, e)
+                }
+                FunctionArg::Named {
+                    name,
+                    arg: FunctionArgExpr::Expr(e),
+                    ..
+                } => {
+                    let upper = name.value.to_ascii_uppercase();
+                    let slot = params.iter().position(|p| *p == upper).ok_or_else(|| {
+                        invalid!(
+                            "{function}: no argument named {name} (its arguments: {})",
+                            params.join(", ")
+                        )
+                    })?;
+                    (slot, e)
+                }
+                _ => {
+                    return Err(invalid!(
+                        "{function}: unexpected argument {a} in {}",
+                        self.text
+                    ))
+                }
+            };
+            match bound.get_mut(slot) {
+                Some(b @ None) => *b = Some(expr),
+                Some(Some(_)) => {
+                    return Err(invalid!(
+                        "{function}: {} is given twice in {}",
+                        params[slot],
+                        self.text
+                    ))
+                }
+                None => {
+                    return Err(invalid!(
+                        "{function} takes {}, got {}",
+                        self.usage(params),
+                        self.text
+                    ))
+                }
+            }
         }
+        if let Some(i) = bound[..params.len() - 1].iter().position(Option::is_none) {
+            return Err(invalid!(
+                "{function} takes {}, got {} (no {})",
+                self.usage(params),
+                self.text,
+                params[i]
+            ));
+        }
+        Ok(bound)
     }
 
     /// The windowed table's name and its source.
@@ -105,48 +176,43 @@ impl Call<'_> {
         context: &mut dyn RelationPlannerContext,
     ) -> Result<(String, StreamTableSource)> {
         let function = self.function.as_str();
-        match function {
-            "TUMBLE" | "HOP" => {}
-            "SESSION" | "CUMULATE" => {
+        let params: &[&str] = match function {
+            "TUMBLE" => &["DATA", "TIMECOL", "SIZE", "OFFSET"],
+            "HOP" => &["DATA", "TIMECOL", "SLIDE", "SIZE", "OFFSET"],
+            "CUMULATE" => &["DATA", "TIMECOL", "STEP", "SIZE", "OFFSET"],
+            "SESSION" => {
                 return Err(not_supported!(
-                    "{function} windows (TUMBLE and HOP are supported)"
+                    "SESSION windows (TUMBLE, HOP and CUMULATE are supported)"
                 ))
             }
             _ => return Err(not_supported!("table function {}", self.text)),
+        };
+        let bound = self.bind(params)?;
+        let (Some(table), Some(column)) = (bound[0], bound[1]) else {
+            return Err(PlanError::Internal("window arguments unbound".into()));
+        };
+        let (table, time_column, schema) = self.time_column(context, table, column)?;
+        let mut nanos = Vec::with_capacity(params.len());
+        for (i, expr) in bound.iter().enumerate().skip(2) {
+            let what = params[i].to_ascii_lowercase();
+            nanos.push(match expr {
+                Some(e) => self.interval_nanos(context, e, &what)?,
+                None => 0,
+            });
         }
-        let exprs: Vec<&SqlExpr> = self
-            .args
-            .iter()
-            .map(|a| {
-                arg_expr(a)
-                    .ok_or_else(|| invalid!("{function}: unexpected argument {a} in {}", self.text))
-            })
-            .collect::<Result<_>>()?;
-        let (min, max) = if function == "TUMBLE" { (3, 4) } else { (4, 5) };
-        if exprs.len() < min || exprs.len() > max {
-            return Err(invalid!(
-                "{function} takes {}, got {}",
-                self.usage(),
-                self.text
-            ));
-        }
-        let (table, time_column, schema) = self.time_column(context, exprs[0], exprs[1])?;
-        let mut n = |i: usize, what: &str| self.interval_nanos(context, exprs[i], what);
-        let spec = if function == "TUMBLE" {
-            let offset = if exprs.len() == 4 { n(3, "offset")? } else { 0 };
-            WindowSpec::tumble(n(2, "size")?, offset)
-        } else {
-            let offset = if exprs.len() == 5 { n(4, "offset")? } else { 0 };
-            WindowSpec::hop(n(2, "slide")?, n(3, "size")?, offset)
+        let spec = match (function, nanos.as_slice()) {
+            ("TUMBLE", &[size, offset]) => WindowSpec::tumble(size, offset),
+            ("HOP", &[slide, size, offset]) => WindowSpec::hop(slide, size, offset),
+            (_, &[step, size, offset]) => WindowSpec::cumulate(step, size, offset),
+            _ => return Err(PlanError::Internal("window arguments unbound".into())),
         }
         .map_err(|e| invalid!("{e}"))?;
-        if let WindowSpec::Hop { slide, size, .. } = spec {
-            let per_row = (size as i128 + slide as i128 - 1) / slide as i128;
-            if per_row > MAX_WINDOWS_PER_ROW {
-                return Err(invalid!(
-                    "{function}: size / slide puts each row in {per_row} windows; at most {MAX_WINDOWS_PER_ROW} are allowed"
-                ));
-            }
+        let per_row = spec.windows_per_row();
+        if per_row > MAX_WINDOWS_PER_ROW {
+            return Err(invalid!(
+                "{function}: size / {} puts each row in {per_row} windows; at most {MAX_WINDOWS_PER_ROW} are allowed",
+                params[2].to_ascii_lowercase()
+            ));
         }
         let source = StreamTableSource {
             schema: self.windowed_schema(&table, &schema)?,
@@ -265,17 +331,6 @@ fn interval_value_nanos(value: &ScalarValue) -> Option<i128> {
         ScalarValue::DurationMillisecond(Some(v)) => Some(v as i128 * 1_000_000),
         ScalarValue::DurationMicrosecond(Some(v)) => Some(v as i128 * 1_000),
         ScalarValue::DurationNanosecond(Some(v)) => Some(v as i128),
-        _ => None,
-    }
-}
-
-fn arg_expr(arg: &FunctionArg) -> Option<&SqlExpr> {
-    match arg {
-        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
-        FunctionArg::Named {
-            arg: FunctionArgExpr::Expr(e),
-            ..
-        } => Some(e),
         _ => None,
     }
 }

@@ -1,6 +1,7 @@
 //! Differential tests: random rows with disorder and late arrivals, split over one to three
-//! files (source partitions, each with its own watermark), aggregated by weir over TUMBLE and
-//! HOP windows at random batch sizes and parallelism, compared row by row with
+//! files (source partitions, each with its own watermark), aggregated by weir over TUMBLE, HOP
+//! and CUMULATE windows (and a window Top-N) at random batch sizes and parallelism, compared
+//! row by row with
 //! DataFusion batch SQL over the same rows. Late rows are removed from the reference by a plain
 //! replay that computes, for each row, the watermark just before it (running maximum of
 //! `ts - bound` over earlier rows); the window arithmetic of the reference is DataFusion's
@@ -115,6 +116,7 @@ const AGGREGATES: &str = "count(*), count(v), sum(v), min(v), max(v), avg(v), co
 enum Windows {
     Tumble { size: i64 },
     Hop { slide: i64, size: i64 },
+    Cumulate { step: i64, size: i64, offset: i64 },
 }
 
 fn reference_sql(w: &Windows) -> (String, String) {
@@ -153,6 +155,29 @@ fn reference_sql(w: &Windows) -> (String, String) {
                 format!("SELECT count(*) FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
             )
         }
+        Windows::Cumulate { step, size, offset } => {
+            // The period starts at date_bin over periods aligned to the offset; its windows end
+            // step, 2 step, ... size later.
+            let origin = format!("TIMESTAMP '1970-01-01 00:00:{offset:02}'");
+            let bin = format!("date_bin(INTERVAL '{size} seconds', ts, {origin})");
+            let expanded: Vec<String> = (1..=size / step)
+                .map(|k| {
+                    format!(
+                        "SELECT *, {bin} AS window_start, {bin} + INTERVAL '{} seconds' AS window_end FROM ref",
+                        k * step
+                    )
+                })
+                .collect();
+            (
+                format!(
+                    "SELECT window_start, window_end, k, {AGGREGATES} FROM ({})
+                     WHERE ts < window_end AND window_end > wprev GROUP BY window_start, window_end, k",
+                    expanded.join(" UNION ALL ")
+                ),
+                // late: the period's last window had closed
+                format!("SELECT count(*) FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
+            )
+        }
     }
 }
 
@@ -162,6 +187,9 @@ fn weir_sql(w: &Windows) -> String {
         Windows::Hop { slide, size } => {
             format!("HOP(t, ts, INTERVAL '{slide}' SECOND, INTERVAL '{size}' SECOND)")
         }
+        Windows::Cumulate { step, size, offset } => format!(
+            "CUMULATE(t, ts, INTERVAL '{step}' SECOND, INTERVAL '{size}' SECOND, INTERVAL '{offset}' SECOND)"
+        ),
     };
     format!("SELECT window_start, window_end, k, {AGGREGATES} FROM {tvf} GROUP BY window_start, window_end, k")
 }
@@ -230,6 +258,13 @@ fn weir_run(
 }
 
 fn check(seed: u64, windows: Windows) {
+    let (ref_sql, late_sql) = reference_sql(&windows);
+    check_sql(seed, &weir_sql(&windows), &ref_sql, &late_sql);
+}
+
+/// Runs `weir_sql` on random rows and compares it with `ref_sql` (and the late rows with
+/// `late_sql`) run by DataFusion over the same rows with each row's preceding watermark.
+fn check_sql(seed: u64, weir_sql: &str, ref_sql: &str, late_sql: &str) {
     let mut rng = StdRng::seed_from_u64(seed);
     let coarse = rng.gen_bool(0.5);
     let bound_ms = if coarse {
@@ -248,25 +283,15 @@ fn check(seed: u64, windows: Windows) {
     }
     let dir = tempfile::tempdir().unwrap();
     let (data, reference) = write_partitions(dir.path(), &partitions, bound_ms);
-    let (ref_sql, late_sql) = reference_sql(&windows);
-    let expected = batch_reference(&reference, &ref_sql);
-    let expected_late: u64 = batch_reference(&reference, &late_sql)[0][0]
-        .parse()
-        .unwrap();
+    let expected = batch_reference(&reference, ref_sql);
+    let expected_late: u64 = batch_reference(&reference, late_sql)[0][0].parse().unwrap();
     assert!(!expected.is_empty(), "seed {seed}: empty reference");
     let batch_size = [1, 7, 64, 1000, 8192][rng.gen_range(0..5)];
     let parallelism = rng.gen_range(1..=4);
     // Half the cases spill every open window to RocksDB after each batch (a 1-byte budget),
     // so results come from partial states merged back when windows fire.
     let budget = rng.gen_bool(0.5).then_some("1");
-    let (actual, late) = weir_run(
-        &data,
-        bound_ms,
-        batch_size,
-        parallelism,
-        &weir_sql(&windows),
-        budget,
-    );
+    let (actual, late) = weir_run(&data, bound_ms, batch_size, parallelism, weir_sql, budget);
     assert_eq!(
         actual, expected,
         "seed {seed}: {parts} partitions, batch_size {batch_size}, parallelism {parallelism}, bound {bound_ms} ms, coarse {coarse}, memory budget {budget:?}"
@@ -290,6 +315,46 @@ fn hop_matches_batch_sql() {
     for seed in 100..110 {
         let (slide, size) = [(1, 3), (2, 10), (3, 7), (5, 5), (4, 10)][seed as usize % 5];
         check(seed, Windows::Hop { slide, size });
+    }
+}
+
+#[test]
+fn cumulate_matches_batch_sql() {
+    for seed in 200..210 {
+        let (step, size) = [(1, 3), (2, 10), (5, 5), (1, 1), (3, 12)][seed as usize % 5];
+        let offset = seed as i64 % 2;
+        check(seed, Windows::Cumulate { step, size, offset });
+    }
+}
+
+/// Window Top-N: the three largest v of each key in each TUMBLE window. The reference ranks
+/// with DataFusion's ROW_NUMBER over the batch windows; weir's tie rule (the row's columns in
+/// order, ascending) comes down to `id` here, which is unique.
+#[test]
+fn top_n_matches_batch_sql() {
+    for seed in 300..306 {
+        let size = [1, 2, 5][seed as usize % 3];
+        let rank = |from: &str, extra: &str| {
+            format!(
+                "SELECT window_start, window_end, k, id, v, rn FROM (
+                   SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, k
+                                                ORDER BY v DESC NULLS LAST{extra}) AS rn
+                   FROM {from}) WHERE rn <= 3"
+            )
+        };
+        let bin =
+            format!("date_bin(INTERVAL '{size} seconds', ts, TIMESTAMP '1970-01-01 00:00:00')");
+        let windows = format!(
+            "(SELECT * FROM (SELECT *, {bin} AS window_start,
+                 {bin} + INTERVAL '{size} seconds' AS window_end FROM ref)
+              WHERE window_end > wprev)"
+        );
+        check_sql(
+            seed,
+            &rank(&format!("TUMBLE(t, ts, INTERVAL '{size}' SECOND)"), ""),
+            &rank(&windows, ", id"),
+            &format!("SELECT count(*) FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
+        );
     }
 }
 

@@ -1,5 +1,5 @@
 //! Operators, one per file. Each file's doc says what the operator takes, emits and keeps, and
-//! what it does on watermark, barrier and end. The windowed ones (aggregate, join, emit order)
+//! what it does on watermark, barrier and end. The windowed ones (aggregate, join, Top-N, emit order)
 //! stand on one layer, [`windowed`].
 
 pub mod calc;
@@ -8,6 +8,7 @@ pub mod limit;
 pub mod sort;
 pub mod window_aggregate;
 pub mod window_join;
+pub mod window_top_n;
 pub mod windowed;
 
 #[cfg(test)]
@@ -21,4 +22,5 @@ pub use limit::LimitSpec;
 pub use sort::SortSpec;
 pub use window_aggregate::{GroupColumn, WindowAggregateOperator, WindowAggregateSpec};
 pub use window_join::{JoinKind, JoinSide, WindowJoinSpec};
+pub use window_top_n::WindowTopNSpec;
 pub use windowed::{WindowBound, WindowColumn, WindowEdge};

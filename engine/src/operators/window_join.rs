@@ -31,7 +31,7 @@ use datafusion::arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, BooleanArray, UInt32Array, UInt32Builder,
 };
 use datafusion::arrow::compute::{concat_batches, filter, filter_record_batch, take};
-use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
@@ -41,7 +41,9 @@ use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MAX};
 use crate::metrics::JobMetrics;
 use crate::operator::{Operator, Output};
-use crate::operators::windowed::{BufferedRows, LaneState, OpenWindows, PartRoute, WindowColumn};
+use crate::operators::windowed::{
+    BufferedRows, KeyedRows, LaneState, OpenWindows, PartRoute, WindowColumn,
+};
 
 /// Which rows a join emits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,22 +76,6 @@ pub struct JoinSide {
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
     /// The column holding each row's window; `None`: one window over the bounded input.
     pub window: Option<WindowColumn>,
-}
-
-impl JoinSide {
-    /// `keys ++ row`: the layout of a buffered or stored part of this side.
-    fn part_schema(&self) -> Result<SchemaRef> {
-        let mut fields = Vec::with_capacity(self.keys.len() + self.schema.fields().len());
-        for (i, k) in self.keys.iter().enumerate() {
-            fields.push(Field::new(
-                format!("k{i}"),
-                k.data_type(&self.schema)?,
-                true,
-            ));
-        }
-        fields.extend(self.schema.fields().iter().map(|f| f.as_ref().clone()));
-        Ok(Arc::new(Schema::new(fields)))
-    }
 }
 
 /// The plan node of a window join.
@@ -140,21 +126,23 @@ impl OperatorFactory for WindowJoinSpec {
 
     fn create(&self, task: &TaskInfo) -> Result<Box<dyn Operator>> {
         let converter = self.key_converter()?;
-        let part_schemas = [self.left.part_schema()?, self.right.part_schema()?];
-        let lanes = part_schemas
+        let parts = [
+            KeyedRows::new(&self.left.keys, &self.left.schema)?,
+            KeyedRows::new(&self.right.keys, &self.right.schema)?,
+        ];
+        let lanes = parts
             .iter()
-            .zip([&self.left, &self.right])
             .enumerate()
-            .map(|(tag, (schema, side))| LaneState {
+            .map(|(tag, part)| LaneState {
                 handle: task.state.sub(tag as u8),
-                route: PartRoute::Keys(side.keys.len()),
-                part_schema: Arc::clone(schema),
+                route: PartRoute::Keys(part.key_count()),
+                part_schema: Arc::clone(part.schema()),
             })
             .collect();
         Ok(Box::new(WindowJoinOperator {
             spec: self.clone(),
             converter,
-            part_schemas,
+            parts,
             windows: OpenWindows::open(lanes, task.state.memory_budget(), task.restored_epoch)?,
             metrics: Arc::clone(&task.metrics),
         }))
@@ -166,7 +154,7 @@ pub struct WindowJoinOperator {
     spec: WindowJoinSpec,
     converter: RowConverter,
     /// Layout of each side's parts: `keys ++ row`.
-    part_schemas: [SchemaRef; 2],
+    parts: [KeyedRows; 2],
     /// Each side's buffered rows by window (lane 0 left, lane 1 right).
     windows: OpenWindows<BufferedRows>,
     metrics: Arc<JobMetrics>,
@@ -407,7 +395,7 @@ impl WindowJoinOperator {
             .map(BufferedRows::into_batches)
             .unwrap_or_default();
         parts.extend(taken.parts);
-        Ok(concat_batches(&self.part_schemas[side], &parts)?)
+        Ok(concat_batches(self.parts[side].schema(), &parts)?)
     }
 
     /// Joins the window ending at `end` and drops its state.
@@ -433,21 +421,6 @@ impl WindowJoinOperator {
     }
 
     /// `keys ++ row` of a batch of input `input`.
-    fn part_of(&self, input: usize, batch: &RecordBatch) -> Result<RecordBatch> {
-        let n = batch.num_rows();
-        let spec = self.side_spec(input);
-        let mut columns = Vec::with_capacity(spec.keys.len() + batch.num_columns());
-        for k in &spec.keys {
-            columns.push(k.evaluate(batch)?.into_array(n)?);
-        }
-        columns.extend(batch.columns().iter().cloned());
-        Ok(RecordBatch::try_new_with_options(
-            Arc::clone(&self.part_schemas[input]),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(n)),
-        )?)
-    }
-
     fn buffer(&mut self, input: usize, end: EventTime, rows: RecordBatch) -> Result<()> {
         self.windows.update(
             input,
@@ -461,9 +434,9 @@ impl WindowJoinOperator {
     }
 
     fn enforce_budget(&mut self) -> Result<()> {
-        let schemas = &self.part_schemas;
+        let parts = &self.parts;
         self.windows
-            .enforce_budget(|side, rows| rows.into_part(&schemas[side]))
+            .enforce_budget(|side, rows| rows.into_part(parts[side].schema()))
     }
 }
 
@@ -481,7 +454,7 @@ impl Operator for WindowJoinOperator {
                 "window join has two inputs, got a batch on input {input}"
             )));
         }
-        let part = self.part_of(input, &batch)?;
+        let part = self.parts[input].of(&batch)?;
         let Some(window) = self.side_spec(input).window else {
             self.buffer(input, WATERMARK_MAX, part)?;
             return self.enforce_budget();
@@ -503,9 +476,9 @@ impl Operator for WindowJoinOperator {
     }
 
     fn snapshot(&mut self, epoch: u64) -> Result<Option<Vec<u8>>> {
-        let schemas = &self.part_schemas;
+        let parts = &self.parts;
         self.windows
-            .snapshot(epoch, |side, rows| rows.into_part(&schemas[side]))?;
+            .snapshot(epoch, |side, rows| rows.into_part(parts[side].schema()))?;
         Ok(None)
     }
 }
@@ -514,7 +487,7 @@ impl Operator for WindowJoinOperator {
 mod tests {
     use super::*;
     use datafusion::arrow::array::{Int64Array, TimestampNanosecondArray};
-    use datafusion::arrow::datatypes::{DataType, TimeUnit};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
     use datafusion::physical_expr::expressions::Column;
 
     use crate::operators::windowed::WindowBound;

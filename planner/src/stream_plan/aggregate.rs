@@ -84,7 +84,13 @@ impl StreamPlanner<'_> {
                 exprs_text(&agg.aggr_expr)
             ),
         };
-        let stage = self.aggregate_stage(&input, group_by.keys, group_by.window, &input_arrow);
+        let stage = self.keyed_stage(
+            &input,
+            group_by.keys,
+            group_by.window,
+            &input_arrow,
+            "aggregate",
+        );
         self.stages[stage].chain.push(Arc::new(spec));
         Ok(Stream {
             stage,
@@ -158,15 +164,16 @@ impl StreamPlanner<'_> {
         Ok((aggregates, filters))
     }
 
-    /// The stage the aggregation runs in: behind a keyed exchange on `keys` (without keys, on
-    /// the window column, so windows spread over instances), or chained into its input's
-    /// stage when both run as one instance.
-    fn aggregate_stage(
+    /// The stage of a keyed operator (an aggregate, a Top-N): behind a keyed exchange on
+    /// `keys` (without keys, on the window column, so windows spread over instances), or
+    /// chained into its input's stage when both run as one instance.
+    pub(super) fn keyed_stage(
         &mut self,
         input: &Stream,
         keys: Vec<Arc<dyn PhysicalExpr>>,
         window: Option<WindowColumn>,
         input_arrow: &SchemaRef,
+        name: &str,
     ) -> usize {
         let route: Vec<Arc<dyn PhysicalExpr>> = match (keys.is_empty(), window) {
             (false, _) => keys,
@@ -188,7 +195,7 @@ impl StreamPlanner<'_> {
             return input.stage;
         }
         self.stages.push(Stage {
-            name: "aggregate".into(),
+            name: name.into(),
             parallelism,
             source: None,
             inputs: vec![StageInput {

@@ -162,8 +162,11 @@ impl StreamPlanner<'_> {
         let assignment = match &window {
             Some(w) => {
                 text.push(format!("WindowAssign: {}", w.text));
-                windows.push(Some(WindowBound::start(w.spec.size())));
-                windows.push(Some(WindowBound::end(w.spec.size())));
+                // CUMULATE's windows of a period share their start: only window_end tells
+                // them apart, and window_start is a plain column.
+                let size = w.spec.size();
+                windows.push(w.spec.fixed_size().then(|| WindowBound::start(size)));
+                windows.push(Some(WindowBound::end(size)));
                 Some(self.window_assignment(source, w, def.schema.fields().len()))
             }
             None => None,

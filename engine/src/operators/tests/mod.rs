@@ -6,6 +6,7 @@ mod emit_order;
 mod partition;
 mod window_aggregate;
 mod window_join;
+mod window_top_n;
 
 use std::sync::Arc;
 

@@ -66,7 +66,9 @@ impl WindowBound {
         end.saturating_sub(self.shift())
     }
 
-    /// The start of the window ending at `end`.
+    /// The start of the window ending at `end`, for windows of one size (TUMBLE, HOP).
+    /// CUMULATE's windows differ in size; the planner gives them no `window_start` bound, so
+    /// their start travels as a plain column and this is never asked.
     pub fn start_of(&self, end: EventTime) -> EventTime {
         end.saturating_sub(self.size)
     }

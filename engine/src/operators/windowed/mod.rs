@@ -3,6 +3,7 @@
 //! - [`WindowBound`] / [`WindowColumn`]: which column holds each row's window and how to
 //!   reach the window's end; the planner traces a [`WindowBound`] for every column.
 //! - [`split_by_window`] ([`Run`]): a batch's rows split by window.
+//! - [`KeyedRows`]: held rows with their routing keys in front, re-routable after a rescale.
 //! - [`OpenWindows`]: the open windows of an instance, by end: late rows, the memory budget,
 //!   spilling to the task's store ([`WindowStore`]), firing in order of end, the snapshot at a
 //!   barrier and the restore (at another parallelism through the exchange's own routing).
@@ -15,11 +16,13 @@
 //! then [`OpenWindows::update`]) and, with no size, are reached through `window_end`.
 
 mod column;
+mod keyed_rows;
 mod open_windows;
 mod runs;
 mod store;
 
 pub use column::{WindowBound, WindowColumn, WindowEdge};
+pub use keyed_rows::KeyedRows;
 pub use open_windows::{BufferedRows, LaneState, OpenWindows, Taken, WindowContents};
 pub use runs::{split_by_window, Run, RunRows, MAX_SLICED_RUNS};
 pub use store::{PartRoute, WindowStore};

@@ -1,0 +1,238 @@
+//! Planning window Top-N and deduplication: a filter on `ROW_NUMBER() OVER (PARTITION BY
+//! window_start, window_end [, keys] ORDER BY ...)` becomes a [`WindowTopNSpec`] behind a
+//! keyed exchange on the partition keys (or, without any, on the window column).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Column, ScalarValue};
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{
+    Between, BinaryExpr, Expr, Filter, LogicalPlan, Operator, Projection, Window,
+};
+use datafusion::physical_expr::PhysicalExpr;
+use weir_engine::operators::{WindowColumn, WindowEdge, WindowTopNSpec};
+
+use super::{arrow_schema, exprs_text, Stream, StreamPlanner};
+use crate::error::Result;
+use crate::{invalid, not_supported};
+
+const USAGE: &str = "a window Top-N is ROW_NUMBER() OVER (PARTITION BY window_start, window_end [, keys] ORDER BY ...) filtered by rownum <= N (or < N, = N, BETWEEN a AND b)";
+
+/// The row numbers a filter keeps: `first..=last`.
+struct Kept {
+    first: i128,
+    last: i128,
+}
+
+impl StreamPlanner<'_> {
+    /// A filter over a window function, directly or through a projection of its result (as
+    /// the optimizer leaves it when columns are dropped or renamed): a window Top-N.
+    /// `None`: the filter is not over a window function.
+    pub(super) fn plan_top_n_filter(&mut self, filter: &Filter) -> Result<Option<Stream>> {
+        match filter.input.as_ref() {
+            LogicalPlan::Window(w) => self.plan_top_n(&filter.predicate, w).map(Some),
+            LogicalPlan::Projection(p) => {
+                let LogicalPlan::Window(w) = p.input.as_ref() else {
+                    return Ok(None);
+                };
+                let predicate = below_projection(&filter.predicate, p)?;
+                let stream = self.plan_top_n(&predicate, w)?;
+                self.project(stream, p).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// `predicate` (over `window`'s output) on the row number of `window`: a window Top-N.
+    fn plan_top_n(&mut self, predicate: &Expr, window: &Window) -> Result<Stream> {
+        let [expr] = window.window_expr.as_slice() else {
+            return Err(not_supported!(
+                "several OVER (...) functions at once; {USAGE}"
+            ));
+        };
+        let Expr::WindowFunction(function) = unalias(expr) else {
+            return Err(not_supported!("{expr}; {USAGE}"));
+        };
+        let params = &function.params;
+        if !function.fun.name().eq_ignore_ascii_case("row_number") || !params.args.is_empty() {
+            return Err(not_supported!(
+                "{expr}: only ROW_NUMBER() ranks rows; {USAGE}"
+            ));
+        }
+        let fields = window.schema.fields().len();
+        let number = Column::from(window.schema.qualified_field(fields - 1));
+        let kept = kept_rows(predicate, &number)?;
+        let input = self.plan(&window.input)?;
+        let mut keys: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        let mut windows: Vec<WindowColumn> = Vec::new();
+        for e in &params.partition_by {
+            let lineage = match e {
+                Expr::Column(c) => input
+                    .schema
+                    .index_of_column(c)
+                    .ok()
+                    .and_then(|i| input.windows[i].map(|b| WindowColumn::new(i, b))),
+                _ => None,
+            };
+            match lineage {
+                Some(w) => windows.push(w),
+                None => keys.push(self.physical(e, &input.schema)?),
+            }
+        }
+        let window_column = windows
+            .iter()
+            .find(|w| w.bound.edge == WindowEdge::End)
+            .or_else(|| windows.first())
+            .copied()
+            .ok_or_else(|| invalid!("{expr} is not partitioned by a window: {USAGE}"))?;
+        let input_arrow = arrow_schema(&input.schema);
+        let spec = WindowTopNSpec {
+            input_schema: Arc::clone(&input_arrow),
+            window: window_column,
+            keys: keys.clone(),
+            order: self.sort_exprs(&params.order_by, &input.schema)?,
+            first: kept.first.clamp(1, u64::MAX as i128) as u64,
+            last: kept.last.clamp(0, u64::MAX as i128) as u64,
+            output_schema: arrow_schema(&window.schema),
+            description: format!(
+                "WindowTopN: row_number() partition by [{}] order by [{}], rows {}..={}",
+                exprs_text(&params.partition_by),
+                params
+                    .order_by
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                kept.first.max(1),
+                kept.last
+            ),
+        };
+        let stage = self.keyed_stage(&input, keys, Some(window_column), &input_arrow, "top-n");
+        self.stages[stage].chain.push(Arc::new(spec));
+        let mut out_windows = input.windows.clone();
+        out_windows.push(None);
+        Ok(Stream {
+            stage,
+            schema: window.schema.clone(),
+            windows: out_windows,
+            bounded: input.bounded,
+            unordered: true,
+        })
+    }
+}
+
+/// `predicate` over the output of projection `p`, rewritten over `p`'s input.
+fn below_projection(predicate: &Expr, p: &Projection) -> Result<Expr> {
+    let by_column: HashMap<Column, Expr> = p
+        .schema
+        .columns()
+        .into_iter()
+        .zip(p.expr.iter().map(|e| e.clone().unalias()))
+        .collect();
+    let rewritten = predicate.clone().transform(|e| {
+        Ok(match e {
+            Expr::Column(c) => match by_column.get(&c) {
+                Some(below) => Transformed::yes(below.clone()),
+                None => Transformed::no(Expr::Column(c)),
+            },
+            other => Transformed::no(other),
+        })
+    })?;
+    Ok(rewritten.data)
+}
+
+fn unalias(e: &Expr) -> &Expr {
+    match e {
+        Expr::Alias(a) => unalias(&a.expr),
+        other => other,
+    }
+}
+
+/// Whether `e` is the row number column (possibly cast).
+fn is_number(e: &Expr, number: &Column) -> bool {
+    match e {
+        Expr::Column(c) => c == number,
+        Expr::Cast(c) => is_number(&c.expr, number),
+        Expr::TryCast(c) => is_number(&c.expr, number),
+        _ => false,
+    }
+}
+
+/// An integer constant.
+fn constant(e: &Expr) -> Option<i128> {
+    match e {
+        Expr::Literal(v, _) => match v.cast_to(&DataType::Int64).ok()? {
+            ScalarValue::Int64(Some(n)) => Some(n as i128),
+            _ => None,
+        },
+        Expr::Cast(c) => constant(&c.expr),
+        _ => None,
+    }
+}
+
+/// The row numbers kept by `predicate`, a conjunction of comparisons of the row number with
+/// constants.
+fn kept_rows(predicate: &Expr, number: &Column) -> Result<Kept> {
+    let mut kept = Kept {
+        first: 1,
+        last: i128::MAX,
+    };
+    for conjunct in split_conjunction(predicate) {
+        if !narrow(&mut kept, conjunct, number) {
+            return Err(not_supported!(
+                "the filter {conjunct} on a row number; {USAGE}"
+            ));
+        }
+    }
+    if kept.last == i128::MAX {
+        return Err(not_supported!(
+            "a row number without an upper bound; {USAGE}"
+        ));
+    }
+    Ok(kept)
+}
+
+/// Narrows `kept` by one comparison; false when it is not one `narrow` understands.
+fn narrow(kept: &mut Kept, e: &Expr, number: &Column) -> bool {
+    let (op, n) = match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            match (is_number(left, number), constant(right), constant(left)) {
+                (true, Some(n), _) => (*op, n),
+                (false, _, Some(n)) if is_number(right, number) => match op.swap() {
+                    Some(op) => (op, n),
+                    None => return false,
+                },
+                _ => return false,
+            }
+        }
+        Expr::Between(Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        }) if is_number(expr, number) => {
+            let (Some(low), Some(high)) = (constant(low), constant(high)) else {
+                return false;
+            };
+            kept.first = kept.first.max(low);
+            kept.last = kept.last.min(high);
+            return true;
+        }
+        _ => return false,
+    };
+    match op {
+        Operator::Lt => kept.last = kept.last.min(n - 1),
+        Operator::LtEq => kept.last = kept.last.min(n),
+        Operator::Eq => {
+            kept.first = kept.first.max(n);
+            kept.last = kept.last.min(n);
+        }
+        Operator::Gt => kept.first = kept.first.max(n + 1),
+        Operator::GtEq => kept.first = kept.first.max(n),
+        _ => return false,
+    }
+    true
+}
