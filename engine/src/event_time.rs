@@ -9,6 +9,11 @@
 //! belongs to, appending `window_start` and `window_end`. A (row, window) pair whose window had
 //! already closed under the row's watermark is dropped; a row all of whose windows had closed is
 //! late, dropped and counted.
+//!
+//! A `SESSION` row cannot be judged here: whether it is late depends on the sessions of its key
+//! (DESIGN.md §3), which the session operator keeps. Each row passes with `window_end` = its
+//! own window's end (`t + gap`) and, in the `window_start` slot, the watermark just before the
+//! row, which the session operator judges it by and replaces with the session's start.
 
 use std::sync::Arc;
 
@@ -154,6 +159,10 @@ impl EventTimeAssigner {
             }
             let t = times.value(i);
             let wm = self.row_watermarks.get(i).copied().unwrap_or(WATERMARK_MIN);
+            if let WindowSpec::Session { gap } = spec {
+                buckets[0].push(i as u32, wm, t.saturating_add(gap));
+                continue;
+            }
             let mut rank = 0;
             let n = spec.for_each_open_window(t, wm, |start, end| {
                 if buckets.len() <= rank {

@@ -1,6 +1,8 @@
-//! Event-time window arithmetic for `TUMBLE`, `HOP` and `CUMULATE` (DESIGN.md §2, §3).
+//! Event-time window arithmetic for `TUMBLE`, `HOP`, `CUMULATE` and `SESSION` (DESIGN.md §2, §3).
 //!
 //! Windows are `[start, end)` in nanoseconds, aligned to the epoch plus an optional offset.
+//! A SESSION window depends on the other rows of its key, so here a session row only has its
+//! own window `[t, t + gap)`; the session operator merges them.
 
 use crate::error::{EngineError, Result};
 use crate::message::EventTime;
@@ -16,6 +18,9 @@ pub enum WindowSpec {
     /// has the windows `[p, p + step)`, `[p, p + 2 step)`, ... `[p, p + size)`, all starting
     /// at the period's start `p`.
     Cumulate { step: i64, size: i64, offset: i64 },
+    /// `SESSION(t, col, gap [, keys])`: a row's own window is `[t, t + gap)`; the session
+    /// operator merges the windows of a key that overlap or touch.
+    Session { gap: i64 },
 }
 
 impl WindowSpec {
@@ -58,25 +63,40 @@ impl WindowSpec {
         Ok(WindowSpec::Cumulate { step, size, offset })
     }
 
-    /// Length of the longest window (of every window for TUMBLE and HOP).
+    /// A session window; `gap` must be positive.
+    pub fn session(gap: i64) -> Result<Self> {
+        if gap <= 0 {
+            return Err(EngineError::BadInput(format!(
+                "SESSION gap must be positive, got {gap} ns"
+            )));
+        }
+        Ok(WindowSpec::Session { gap })
+    }
+
+    /// Length of the longest window (of every window for TUMBLE and HOP); a session row's own
+    /// window for SESSION.
     pub fn size(&self) -> i64 {
         match *self {
             WindowSpec::Tumble { size, .. }
             | WindowSpec::Hop { size, .. }
             | WindowSpec::Cumulate { size, .. } => size,
+            WindowSpec::Session { gap } => gap,
         }
     }
 
     /// Whether every window has the same length (then `window_start` + size is the end).
     pub fn fixed_size(&self) -> bool {
-        !matches!(self, WindowSpec::Cumulate { .. })
+        !matches!(
+            self,
+            WindowSpec::Cumulate { .. } | WindowSpec::Session { .. }
+        )
     }
 
     /// How many windows a row can belong to.
     pub fn windows_per_row(&self) -> i128 {
         let per = |size: i64, step: i64| (size as i128 + step as i128 - 1) / step as i128;
         match *self {
-            WindowSpec::Tumble { .. } => 1,
+            WindowSpec::Tumble { .. } | WindowSpec::Session { .. } => 1,
             WindowSpec::Hop { slide, size, .. } => per(size, slide),
             WindowSpec::Cumulate { step, size, .. } => per(size, step),
         }
@@ -88,6 +108,8 @@ impl WindowSpec {
             WindowSpec::Tumble { size, offset } => (size, offset),
             WindowSpec::Hop { slide, offset, .. } => (slide, offset),
             WindowSpec::Cumulate { size, offset, .. } => (size, offset),
+            // A session row's window starts at the row itself.
+            WindowSpec::Session { .. } => (1, 0),
         }
     }
 
@@ -117,6 +139,14 @@ impl WindowSpec {
         watermark: EventTime,
         mut f: impl FnMut(EventTime, EventTime),
     ) -> usize {
+        if let WindowSpec::Session { gap } = *self {
+            let end = t.saturating_add(gap);
+            if end > watermark {
+                f(t, end);
+                return 1;
+            }
+            return 0;
+        }
         if let WindowSpec::Cumulate { step, size, .. } = *self {
             // The windows of t's period that reach past t: ends p + size, p + size - step, ...
             let start = self.last_start(t);

@@ -24,6 +24,8 @@ pub struct WindowTvf {
     pub table: String,
     pub time_column: usize,
     pub spec: WindowSpec,
+    /// SESSION's partition keys: columns of the table.
+    pub partition: Vec<usize>,
     /// As written, for EXPLAIN.
     pub text: String,
 }

@@ -1,7 +1,8 @@
 //! Window table functions in FROM: `TUMBLE(t, col, size [, offset])`,
-//! `HOP(t, col, slide, size [, offset])` and `CUMULATE(t, col, step, size [, offset])`, with
-//! arguments by position or by Flink's names (`DATA =>`, `TIMECOL =>`, `SIZE =>`, `SLIDE =>`,
-//! `STEP =>`, `OFFSET =>`).
+//! `HOP(t, col, slide, size [, offset])`, `CUMULATE(t, col, step, size [, offset])` and
+//! `SESSION(t, col, gap [, key, ...])`, with arguments by position or by Flink's names
+//! (`DATA =>`, `TIMECOL =>`, `SIZE =>`, `SLIDE =>`, `STEP =>`, `GAP =>`, `OFFSET =>`; the
+//! parser turns Flink's `TABLE t PARTITION BY k` into `PARTITION => k` arguments).
 //!
 //! [`WindowFunctions`] is a DataFusion relation planner: it plans each call into a scan of a
 //! [`StreamTableSource`] whose columns are the table's plus `window_start` and `window_end`
@@ -97,6 +98,9 @@ struct Call<'a> {
 impl Call<'_> {
     /// `TUMBLE(table, time_column, size [, offset])` and the like.
     fn usage(&self, params: &[&str]) -> String {
+        if self.function == "SESSION" {
+            return "SESSION(table, time_column, gap [, partition_key, ...])".into();
+        }
         let middle: Vec<String> = params[2..params.len() - 1]
             .iter()
             .map(|p| p.to_ascii_lowercase())
@@ -109,16 +113,36 @@ impl Call<'_> {
     }
 
     /// The argument given for each parameter: positional ones in order, named ones
-    /// (`SIZE => ...`) by name. Every parameter but the last (the offset) is required.
-    fn bind(&self, params: &[&str]) -> Result<Vec<Option<&SqlExpr>>> {
+    /// (`SIZE => ...`) by name. The last `optional` parameters (the offset) may be left out.
+    /// SESSION's partition keys come back apart: positional arguments after the gap, and
+    /// `PARTITION => key` arguments.
+    fn bind(
+        &self,
+        params: &[&str],
+        optional: usize,
+    ) -> Result<(Vec<Option<&SqlExpr>>, Vec<&SqlExpr>)> {
         let function = &self.function;
+        let session = function == "SESSION";
         let mut bound: Vec<Option<&SqlExpr>> = vec![None; params.len()];
+        let mut keys = Vec::new();
         let mut next = 0;
         for a in self.args {
             let (slot, expr) = match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if session && next >= params.len() => {
+                    keys.push(e);
+                    continue;
+                }
                 FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => {
                     next += 1;
                     (next - 1, e)
+                }
+                FunctionArg::Named {
+                    name,
+                    arg: FunctionArgExpr::Expr(e),
+                    ..
+                } if session && name.value.eq_ignore_ascii_case("PARTITION") => {
+                    keys.push(e);
+                    continue;
                 }
                 FunctionArg::Named {
                     name,
@@ -159,7 +183,10 @@ impl Call<'_> {
                 }
             }
         }
-        if let Some(i) = bound[..params.len() - 1].iter().position(Option::is_none) {
+        if let Some(i) = bound[..params.len() - optional]
+            .iter()
+            .position(Option::is_none)
+        {
             return Err(invalid!(
                 "{function} takes {}, got {} (no {})",
                 self.usage(params),
@@ -167,7 +194,7 @@ impl Call<'_> {
                 params[i]
             ));
         }
-        Ok(bound)
+        Ok((bound, keys))
     }
 
     /// The windowed table's name and its source.
@@ -176,22 +203,19 @@ impl Call<'_> {
         context: &mut dyn RelationPlannerContext,
     ) -> Result<(String, StreamTableSource)> {
         let function = self.function.as_str();
-        let params: &[&str] = match function {
-            "TUMBLE" => &["DATA", "TIMECOL", "SIZE", "OFFSET"],
-            "HOP" => &["DATA", "TIMECOL", "SLIDE", "SIZE", "OFFSET"],
-            "CUMULATE" => &["DATA", "TIMECOL", "STEP", "SIZE", "OFFSET"],
-            "SESSION" => {
-                return Err(not_supported!(
-                    "SESSION windows (TUMBLE, HOP and CUMULATE are supported)"
-                ))
-            }
+        let (params, optional): (&[&str], usize) = match function {
+            "TUMBLE" => (&["DATA", "TIMECOL", "SIZE", "OFFSET"], 1),
+            "HOP" => (&["DATA", "TIMECOL", "SLIDE", "SIZE", "OFFSET"], 1),
+            "CUMULATE" => (&["DATA", "TIMECOL", "STEP", "SIZE", "OFFSET"], 1),
+            "SESSION" => (&["DATA", "TIMECOL", "GAP"], 0),
             _ => return Err(not_supported!("table function {}", self.text)),
         };
-        let bound = self.bind(params)?;
+        let (bound, keys) = self.bind(params, optional)?;
         let (Some(table), Some(column)) = (bound[0], bound[1]) else {
             return Err(PlanError::Internal("window arguments unbound".into()));
         };
         let (table, time_column, schema) = self.time_column(context, table, column)?;
+        let partition = self.partition_keys(&table, &schema, &keys)?;
         let mut nanos = Vec::with_capacity(params.len());
         for (i, expr) in bound.iter().enumerate().skip(2) {
             let what = params[i].to_ascii_lowercase();
@@ -203,6 +227,7 @@ impl Call<'_> {
         let spec = match (function, nanos.as_slice()) {
             ("TUMBLE", &[size, offset]) => WindowSpec::tumble(size, offset),
             ("HOP", &[slide, size, offset]) => WindowSpec::hop(slide, size, offset),
+            ("SESSION", &[gap]) => WindowSpec::session(gap),
             (_, &[step, size, offset]) => WindowSpec::cumulate(step, size, offset),
             _ => return Err(PlanError::Internal("window arguments unbound".into())),
         }
@@ -220,6 +245,7 @@ impl Call<'_> {
                 table: table.clone(),
                 time_column,
                 spec,
+                partition,
                 text: self.text.clone(),
             }),
         };
@@ -255,6 +281,22 @@ impl Call<'_> {
             ));
         }
         Ok((table, index, schema))
+    }
+
+    /// SESSION's partition keys: the indices of the named columns of `table`.
+    fn partition_keys(&self, table: &str, schema: &Schema, keys: &[&SqlExpr]) -> Result<Vec<usize>> {
+        keys.iter()
+            .map(|k| {
+                let name = ident_arg(k).ok_or_else(|| {
+                    invalid!(
+                        "SESSION: a partition key must be a column of {table}, got {k}"
+                    )
+                })?;
+                schema.index_of(&name).map_err(|_| {
+                    invalid!("SESSION: table {table} has no column '{name}' to partition by")
+                })
+            })
+            .collect()
     }
 
     /// The table's columns plus `window_start` and `window_end`.

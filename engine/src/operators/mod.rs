@@ -1,10 +1,11 @@
 //! Operators, one per file. Each file's doc says what the operator takes, emits and keeps, and
-//! what it does on watermark, barrier and end. The windowed ones (aggregate, join, Top-N, emit order)
+//! what it does on watermark, barrier and end. The windowed ones (aggregate, join, Top-N, session, emit order)
 //! stand on one layer, [`windowed`].
 
 pub mod calc;
 pub mod emit_order;
 pub mod limit;
+pub mod session_window;
 pub mod sort;
 pub mod window_aggregate;
 pub mod window_join;
@@ -19,6 +20,7 @@ mod tests;
 pub use calc::CalcOperator;
 pub use emit_order::EmitOrderSpec;
 pub use limit::LimitSpec;
+pub use session_window::SessionWindowSpec;
 pub use sort::SortSpec;
 pub use window_aggregate::{GroupColumn, WindowAggregateOperator, WindowAggregateSpec};
 pub use window_join::{JoinKind, JoinSide, WindowJoinSpec};

@@ -6,7 +6,9 @@
 //! - `CREATE TABLE t (..., WATERMARK FOR col AS expr) WITH (...)`: the clause is taken out and
 //!   returned beside the statement.
 //! - Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(col), size))` becomes `TUMBLE(t, col, size)`
-//!   (same for HOP, SESSION, CUMULATE).
+//!   (same for HOP, SESSION, CUMULATE); SESSION's `TABLE t PARTITION BY k1, k2` (or
+//!   `PARTITION BY (k1, k2)`) becomes `t` with `PARTITION => k1, PARTITION => k2` at the end
+//!   of the call.
 
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -138,6 +140,96 @@ fn rewrite_flink_window_tvf(tokens: &mut Vec<TokenWithSpan>) {
     }
 }
 
+/// Moves SESSION's `PARTITION BY k1, k2` (after its table) to `PARTITION => k1, PARTITION =>
+/// k2` arguments at the end of the call. Runs before `DESCRIPTOR(...)` is unwrapped: the keys
+/// end where `DESCRIPTOR` or a named argument (`TIMECOL =>`) begins.
+fn rewrite_session_partition(tokens: &mut Vec<TokenWithSpan>) {
+    loop {
+        let sig = significant(tokens);
+        let found = (0..sig.len().saturating_sub(1)).find_map(|k| {
+            if !(is_word(&tokens[sig[k]].token, "SESSION")
+                && matches!(tokens[sig[k + 1]].token, Token::LParen))
+            {
+                return None;
+            }
+            let close = matching_paren(tokens, &sig, k + 1)?;
+            let mut depth = 0usize;
+            (k + 2..close).find_map(|p| {
+                match tokens[sig[p]].token {
+                    Token::LParen => depth += 1,
+                    Token::RParen => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+                (depth == 0
+                    && is_word(&tokens[sig[p]].token, "PARTITION")
+                    && is_word(&tokens[sig[p + 1]].token, "BY"))
+                .then_some((p, close))
+            })
+        });
+        let Some((p, close)) = found else { return };
+        let (groups, last) = partition_keys(tokens, &sig, p + 2, close);
+        let mut added = Vec::new();
+        for group in &groups {
+            let span = tokens[sig[group.start]].span;
+            for t in [
+                Token::Comma,
+                Token::make_word("PARTITION", None),
+                Token::RArrow,
+            ] {
+                added.push(TokenWithSpan::new(t, span));
+            }
+            added.extend(group.clone().map(|g| tokens[sig[g]].clone()));
+        }
+        let at = sig[close];
+        tokens.splice(at..at, added);
+        tokens.drain(sig[p]..=sig[last]);
+    }
+}
+
+/// The keys after `PARTITION BY` (from `sig[from]`, inside a call closing at `sig[close]`):
+/// each key's tokens (as `sig` positions), and the last position they take (the comma after
+/// them separates the table's argument from the next and stays).
+fn partition_keys(
+    tokens: &[TokenWithSpan],
+    sig: &[usize],
+    from: usize,
+    close: usize,
+) -> (Vec<std::ops::Range<usize>>, usize) {
+    let comma = |j: usize| j < close && matches!(tokens[sig[j]].token, Token::Comma);
+    let split = |range: std::ops::Range<usize>| -> Vec<std::ops::Range<usize>> {
+        let mut groups = Vec::new();
+        let mut start = range.start;
+        for j in range.clone() {
+            if comma(j) {
+                groups.push(start..j);
+                start = j + 1;
+            }
+        }
+        groups.push(start..range.end);
+        groups.retain(|g| !g.is_empty());
+        groups
+    };
+    if from < close && matches!(tokens[sig[from]].token, Token::LParen) {
+        let end = matching_paren(tokens, sig, from).unwrap_or(close);
+        return (split(from + 1..end), end.min(close - 1));
+    }
+    let mut j = from;
+    loop {
+        while j < close && !comma(j) {
+            j += 1;
+        }
+        if j >= close {
+            return (split(from..close), close - 1);
+        }
+        let next = &tokens[sig[j + 1]].token;
+        let named = j + 2 < close && matches!(tokens[sig[j + 2]].token, Token::RArrow);
+        if is_word(next, "DESCRIPTOR") || named {
+            return (split(from..j), j - 1);
+        }
+        j += 1;
+    }
+}
+
 /// Parses one statement (`text` starts on script line `first_line`).
 pub fn parse_statement(text: &str, first_line: u64) -> Result<WeirStatement> {
     let dialect = GenericDialect {};
@@ -148,6 +240,7 @@ pub fn parse_statement(text: &str, first_line: u64) -> Result<WeirStatement> {
             column: e.location.column,
             message: e.message,
         })?;
+    rewrite_session_partition(&mut tokens);
     rewrite_flink_window_tvf(&mut tokens);
     let parser = Parser::new(&dialect)
         .with_recursion_limit(RECURSION_LIMIT)

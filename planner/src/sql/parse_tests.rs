@@ -138,6 +138,34 @@ fn flink_window_spelling_is_rewritten() {
 }
 
 #[test]
+fn session_partition_by_becomes_named_arguments() {
+    let cases = [
+        (
+            "SELECT * FROM TABLE(SESSION(TABLE bid PARTITION BY item, DESCRIPTOR(ts), INTERVAL '5' MINUTES))",
+            "SELECT * FROM SESSION(bid, ts, INTERVAL '5' MINUTES, PARTITION => item)",
+        ),
+        (
+            "SELECT * FROM TABLE(SESSION(TABLE bid PARTITION BY (a, b), DESCRIPTOR(ts), INTERVAL '5' MINUTES))",
+            "SELECT * FROM SESSION(bid, ts, INTERVAL '5' MINUTES, PARTITION => a, PARTITION => b)",
+        ),
+        (
+            "SELECT * FROM TABLE(SESSION(DATA => TABLE bid PARTITION BY a, b, TIMECOL => DESCRIPTOR(ts), GAP => INTERVAL '5' MINUTES))",
+            "SELECT * FROM SESSION(DATA => bid, TIMECOL => ts, GAP => INTERVAL '5' MINUTES, PARTITION => a, PARTITION => b)",
+        ),
+        (
+            "SELECT * FROM TABLE(SESSION(TABLE bid, DESCRIPTOR(ts), INTERVAL '5' MINUTES))",
+            "SELECT * FROM SESSION(bid, ts, INTERVAL '5' MINUTES)",
+        ),
+    ];
+    for (flink, weir) in cases {
+        let WeirStatement::Sql(s) = parse(flink) else {
+            panic!("{flink}")
+        };
+        assert_eq!(s.to_string(), weir);
+    }
+}
+
+#[test]
 fn syntax_errors_carry_script_line_and_column() {
     let e = parse_statement("SELECT *\nFROM bids WHERE", 7).unwrap_err();
     match e {

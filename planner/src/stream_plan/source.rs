@@ -9,8 +9,8 @@ use datafusion::logical_expr::{Expr, ExprSchemable, TableScan};
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_engine::event_time::WindowAssignment;
-use weir_engine::operators::{CalcOperator, WindowBound};
-use weir_engine::{EventTimeSpec, Partitioning, SourceStage, Stage, StageInput};
+use weir_engine::operators::{CalcOperator, SessionWindowSpec, WindowBound};
+use weir_engine::{EventTimeSpec, Partitioning, SourceStage, Stage, StageInput, WindowSpec};
 
 use super::{arrow_schema, Stream, StreamPlanner};
 use crate::catalog::TableDef;
@@ -21,7 +21,10 @@ use crate::error::{PlanError, Result};
 pub(super) fn source_key(source: &StreamTableSource) -> String {
     match &source.kind {
         ScanKind::Table(t) => t.clone(),
-        ScanKind::Window(w) => format!("{}|{}|{:?}", w.table, w.time_column, w.spec),
+        ScanKind::Window(w) => format!(
+            "{}|{}|{:?}|{:?}",
+            w.table, w.time_column, w.spec, w.partition
+        ),
     }
 }
 
@@ -48,6 +51,12 @@ impl StreamPlanner<'_> {
         let stream = Stream {
             schema: full,
             ..stream
+        };
+        let stream = match &source.kind {
+            ScanKind::Window(w) if matches!(w.spec, WindowSpec::Session { .. }) => {
+                self.plan_session(stream, source, w)?
+            }
+            _ => stream,
         };
         let stream = self.scan_projection(stream, scan, source);
         match scan.fetch {
@@ -138,6 +147,47 @@ impl StreamPlanner<'_> {
         });
         Ok(Stream {
             stage: self.stages.len() - 1,
+            ..stream
+        })
+    }
+
+    /// SESSION windows over a source's stream: a [`SessionWindowSpec`] behind a keyed exchange
+    /// on the partition keys (one instance without keys). Its rows come out when their
+    /// session fires, carrying the session's bounds.
+    fn plan_session(
+        &mut self,
+        stream: Stream,
+        source: &StreamTableSource,
+        window: &WindowTvf,
+    ) -> Result<Stream> {
+        let WindowSpec::Session { gap } = window.spec else {
+            return Err(PlanError::Internal("not a SESSION window".into()));
+        };
+        let columns = source.schema.fields().len() - 2;
+        let input_schema = self
+            .window_assignment(source, window, columns)
+            .output_schema;
+        let keys: Vec<Arc<dyn PhysicalExpr>> = window
+            .partition
+            .iter()
+            .map(|&i| {
+                Arc::new(PhysicalColumn::new(input_schema.field(i).name(), i))
+                    as Arc<dyn PhysicalExpr>
+            })
+            .collect();
+        let spec = SessionWindowSpec {
+            input_schema: Arc::clone(&input_schema),
+            gap,
+            keys: keys.clone(),
+            window_start: columns,
+            window_end: columns + 1,
+            description: format!("SessionWindow: {}", window.text),
+        };
+        let stage = self.keyed_stage(&stream, keys, None, &input_schema, "session");
+        self.stages[stage].chain.push(Arc::new(spec));
+        Ok(Stream {
+            stage,
+            unordered: true,
             ..stream
         })
     }
@@ -233,7 +283,9 @@ impl StreamPlanner<'_> {
         columns: usize,
     ) -> WindowAssignment {
         let unused: Vec<usize> = match self.read.get(&source_key(source)) {
-            Some(Some(read)) => (0..columns).filter(|i| !read.contains(i)).collect(),
+            Some(Some(read)) => (0..columns)
+                .filter(|i| !read.contains(i) && !window.partition.contains(i))
+                .collect(),
             _ => Vec::new(),
         };
         let fields: Vec<Field> = source

@@ -231,6 +231,36 @@ impl<T: WindowContents> OpenWindows<T> {
         ready
     }
 
+    /// The end of the first window at or before `watermark` in any lane (declared, in memory
+    /// or stored), for an operator that fires windows one at a time while firing adds windows
+    /// (the session operator).
+    pub fn first_ready(&self, watermark: EventTime) -> Option<EventTime> {
+        let declared = self.declared.first().copied();
+        let lanes = self.lanes.iter().flat_map(|l| {
+            [
+                l.store.first(),
+                l.memory.first_key_value().map(|(end, _)| *end),
+            ]
+        });
+        std::iter::once(declared)
+            .chain(lanes)
+            .flatten()
+            .filter(|end| *end <= watermark)
+            .min()
+    }
+
+    /// Every window of `lane`, taken out (in memory and in the store), in order of end: how an
+    /// operator whose state is indexed in memory rebuilds the index after a restore.
+    pub fn take_all(&mut self, lane: usize) -> Result<Vec<(EventTime, Taken<T>)>> {
+        let mut ends: Vec<EventTime> = self.lanes[lane].store.ready(EventTime::MAX);
+        ends.extend(self.lanes[lane].memory.keys().copied());
+        ends.sort_unstable();
+        ends.dedup();
+        ends.into_iter()
+            .map(|end| Ok((end, self.take(lane, end)?)))
+            .collect()
+    }
+
     /// Removes the window ending at `end` from `lane`: its memory and its stored parts.
     pub fn take(&mut self, lane: usize, end: EventTime) -> Result<Taken<T>> {
         self.declared.remove(&end);

@@ -192,6 +192,11 @@ impl WindowStore {
         self.stored.range(..=watermark).copied().collect()
     }
 
+    /// The end of the first stored window, if any.
+    pub fn first(&self) -> Option<EventTime> {
+        self.stored.first().copied()
+    }
+
     /// Whether a window has parts in the store.
     pub fn has(&self, end: EventTime) -> bool {
         self.stored.contains(&end)
