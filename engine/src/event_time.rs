@@ -5,15 +5,20 @@
 //! maximum of the watermark expression), so lateness is decided per row and never depends on
 //! batch size, parallelism or timing.
 //!
-//! For a window table function (`TUMBLE`, `HOP`) it also expands each row into the windows it
-//! belongs to, appending `window_start` and `window_end`. A (row, window) pair whose window had
-//! already closed under the row's watermark is dropped; a row all of whose windows had closed is
-//! late, dropped and counted.
+//! For a window table function (`TUMBLE`, `HOP`, `CUMULATE`) it also expands each row into the
+//! windows it belongs to, appending `window_start`, `window_end` and `window_time` (the end
+//! less a millisecond; a `Null` column when no operator reads it). A (row, window) pair whose
+//! window had already closed under the row's watermark is dropped; a row all of whose windows
+//! had closed is late, dropped and counted.
+//!
+//! A `PROCTIME()` column is stamped here with the wall clock, before the watermark; a window
+//! over it takes the wall clock as its watermark (see [`ProcTime`]).
 //!
 //! A `SESSION` row cannot be judged here: whether it is late depends on the sessions of its key
 //! (DESIGN.md §3), which the session operator keeps. Each row passes with `window_end` = its
 //! own window's end (`t + gap`) and, in the `window_start` slot, the watermark just before the
-//! row, which the session operator judges it by and replaces with the session's start.
+//! row, which the session operator judges it by and replaces with the session's start (and
+//! `window_time` with the session's end less a millisecond).
 
 use std::sync::Arc;
 
@@ -27,7 +32,7 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use crate::error::{EngineError, Result};
 use crate::message::{EventTime, WATERMARK_MIN};
-use crate::window::WindowSpec;
+use crate::window::{WindowSpec, WINDOW_TIME_BEFORE_END};
 
 /// What the planner asks of a source's event-time handling.
 #[derive(Debug, Clone)]
@@ -36,6 +41,31 @@ pub struct EventTimeSpec {
     pub watermark: Option<Arc<dyn PhysicalExpr>>,
     /// A window table function applied to this source, if any.
     pub window: Option<WindowAssignment>,
+    /// A `PROCTIME()` column of the table, if any.
+    pub proctime: Option<ProcTime>,
+}
+
+/// A processing-time column (`pt AS PROCTIME()`): the wall clock when the source read the row.
+/// The reader's rows lack it; the assigner inserts it. When a window is computed over it, the
+/// wall clock is also the watermark (it advances while no rows come, so windows fire by the
+/// clock). Not deterministic: a replay after a failure stamps rows anew.
+#[derive(Debug, Clone)]
+pub struct ProcTime {
+    /// Where the column goes among the table's columns.
+    pub column: usize,
+    /// The table's schema, with the column.
+    pub schema: SchemaRef,
+    /// The wall clock is the watermark (instead of `EventTimeSpec::watermark`).
+    pub watermark: bool,
+}
+
+/// Now, in nanoseconds since the epoch (processing time).
+pub fn wall_clock() -> EventTime {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(WATERMARK_MIN, |d| {
+            i64::try_from(d.as_nanos()).unwrap_or(EventTime::MAX)
+        })
 }
 
 /// A window table function: which column holds event time and the windows' shape.
@@ -43,12 +73,12 @@ pub struct EventTimeSpec {
 pub struct WindowAssignment {
     pub time_column: usize,
     pub spec: WindowSpec,
-    /// The source schema plus `window_start` and `window_end`; columns in `unused` are of
-    /// type `Null` here.
+    /// The source schema plus `window_start`, `window_end` and `window_time`; columns in
+    /// `unused` are of type `Null` here.
     pub output_schema: SchemaRef,
-    /// Source columns no operator reads after the assigner: not copied into the windows a row
-    /// belongs to (a `NullArray` stands in, which costs nothing), so HOP's copies carry only
-    /// what the query uses.
+    /// Columns no operator reads after the assigner (source columns, and `window_time`): not
+    /// copied into the windows a row belongs to (a `NullArray` stands in, which costs
+    /// nothing), so HOP's copies carry only what the query uses.
     pub unused: Vec<usize>,
 }
 
@@ -104,8 +134,16 @@ impl EventTimeAssigner {
         self.watermark
     }
 
+    /// With a processing-time watermark: moves it to the wall clock `now` (never back).
+    pub fn tick(&mut self, now: EventTime) {
+        if self.spec.proctime.as_ref().is_some_and(|p| p.watermark) {
+            self.watermark = self.watermark.max(now);
+        }
+    }
+
     /// Advance the watermark over `batch` and assign windows.
     pub fn assign(&mut self, batch: RecordBatch) -> Result<Assigned> {
+        let batch = self.stamp(batch)?;
         self.advance_watermark(&batch)?;
         let Some(window) = &self.spec.window else {
             return Ok(Assigned {
@@ -120,9 +158,46 @@ impl EventTimeAssigner {
         })
     }
 
+    /// Inserts the processing-time column, if the table has one: the wall clock, or the
+    /// watermark if the clock went back (so stamped rows are never late and never go back).
+    fn stamp(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let Some(proctime) = &self.spec.proctime else {
+            return Ok(batch);
+        };
+        let now = wall_clock().max(self.watermark);
+        let mut columns = batch.columns().to_vec();
+        if proctime.column > columns.len() {
+            return Err(EngineError::Internal(format!(
+                "PROCTIME column {} of a batch with {} columns",
+                proctime.column,
+                columns.len()
+            )));
+        }
+        columns.insert(
+            proctime.column,
+            Arc::new(TimestampNanosecondArray::from_value(now, batch.num_rows())),
+        );
+        let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(&proctime.schema),
+            columns,
+            &options,
+        )?)
+    }
+
     /// Moves the watermark over the rows of `batch`, keeping the watermark just before each.
     fn advance_watermark(&mut self, batch: &RecordBatch) -> Result<()> {
         self.row_watermarks.clear();
+        if let Some(p) = self.spec.proctime.as_ref().filter(|p| p.watermark) {
+            // Every row of the batch was stamped with one time: the watermark before each is
+            // the one before the batch.
+            let stamped = timestamps_as_nanos(batch.column(p.column))?;
+            self.row_watermarks.resize(batch.num_rows(), self.watermark);
+            if let Some(t) = stamped.iter().flatten().max() {
+                self.watermark = self.watermark.max(t);
+            }
+            return Ok(());
+        }
         let Some(expr) = &self.spec.watermark else {
             return Ok(());
         };
@@ -186,8 +261,9 @@ impl EventTimeAssigner {
     }
 }
 
-/// The rows of `batch` copied once per window, with `window_start` and `window_end` added
-/// (columns no scan reads as NULL columns); `None` when no row has an open window.
+/// The rows of `batch` copied once per window, with `window_start`, `window_end` and
+/// `window_time` added (columns no scan reads as NULL columns); `None` when no row has an open
+/// window.
 fn windowed_batch(
     window: &WindowAssignment,
     batch: &RecordBatch,
@@ -228,7 +304,17 @@ fn windowed_batch(
         }
     }
     columns.push(Arc::new(TimestampNanosecondArray::from(starts)));
+    let time_column = columns.len() + 1;
+    let times: ArrayRef = if window.unused.contains(&time_column) {
+        Arc::new(NullArray::new(rows))
+    } else {
+        Arc::new(TimestampNanosecondArray::from_iter_values(
+            ends.iter()
+                .map(|e| e.saturating_sub(WINDOW_TIME_BEFORE_END)),
+        ))
+    };
     columns.push(Arc::new(TimestampNanosecondArray::from(ends)));
+    columns.push(times);
     let options = RecordBatchOptions::new().with_row_count(Some(rows));
     Ok(Some(RecordBatch::try_new_with_options(
         window.output_schema.clone(),
@@ -302,11 +388,17 @@ mod tests {
         )));
         fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
             "window_end",
+            ts.clone(),
+            false,
+        )));
+        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+            "window_time",
             ts,
             false,
         )));
         EventTimeAssigner::new(EventTimeSpec {
             watermark: Some(Arc::new(Column::new("ts", 1))),
+            proctime: None,
             window: Some(WindowAssignment {
                 time_column: 1,
                 spec,
@@ -373,5 +465,11 @@ mod tests {
             .map(|i| starts.value(i) / S)
             .collect();
         assert_eq!(row2, vec![10, 8, 6]);
+        // window_time is the end less a millisecond.
+        let ends = timestamps_as_nanos(b.column(3)).unwrap();
+        let times = timestamps_as_nanos(b.column(4)).unwrap();
+        for i in 0..b.num_rows() {
+            assert_eq!(times.value(i), ends.value(i) - WINDOW_TIME_BEFORE_END);
+        }
     }
 }

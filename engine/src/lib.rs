@@ -26,7 +26,7 @@ pub mod state;
 pub mod window;
 
 pub use error::{EngineError, Result};
-pub use event_time::{EventTimeAssigner, EventTimeSpec};
+pub use event_time::{EventTimeAssigner, EventTimeSpec, ProcTime};
 pub use graph::{
     JobGraph, OperatorFactory, Partitioning, SourceFactory, SourceStage, Stage, StageInput,
     TaskInfo,
@@ -36,4 +36,4 @@ pub use metrics::{JobMetrics, MetricsSnapshot};
 pub use operator::{Operator, Output};
 pub use runtime::{partition_of_rows, spawn_job, JobConfig, JobHandle};
 pub use source::{SourcePoll, SourceReader, SplitId};
-pub use window::WindowSpec;
+pub use window::{WindowSpec, WINDOW_TIME_BEFORE_END};

@@ -7,6 +7,10 @@
 use crate::error::{EngineError, Result};
 use crate::message::EventTime;
 
+/// How far a window's `window_time` column lies before its `window_end`: one millisecond, as
+/// Flink's `window_time` (the window's last instant at millisecond precision).
+pub const WINDOW_TIME_BEFORE_END: i64 = 1_000_000;
+
 /// A window table function's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowSpec {

@@ -28,6 +28,9 @@ pub struct TableDef {
     pub name: String,
     pub schema: SchemaRef,
     pub watermark: Option<TableWatermark>,
+    /// The index of the `PROCTIME()` column: stamped by the source task, not read by the
+    /// source (whose schema lacks it).
+    pub proctime: Option<usize>,
     pub options: Options,
     pub source: Arc<dyn SourceFactory>,
     /// The CREATE statement, replayed on restart (empty for a materialized view, which its

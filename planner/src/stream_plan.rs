@@ -204,7 +204,9 @@ impl<'a> StreamPlanner<'a> {
                         .map(|b| WindowColumn::new(i, b))
                 })
             };
-            let window = column(WindowEdge::End).or_else(|| column(WindowEdge::Start));
+            let window = column(WindowEdge::End)
+                .or_else(|| column(WindowEdge::Time))
+                .or_else(|| column(WindowEdge::Start));
             let spec = EmitOrderSpec {
                 schema: arrow_schema(&stream.schema),
                 window,

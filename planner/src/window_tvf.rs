@@ -5,9 +5,10 @@
 //! parser turns Flink's `TABLE t PARTITION BY k` into `PARTITION => k` arguments).
 //!
 //! [`WindowFunctions`] is a DataFusion relation planner: it plans each call into a scan of a
-//! [`StreamTableSource`] whose columns are the table's plus `window_start` and `window_end`
-//! and which carries its window ([`ScanKind::Window`]). The scan is named by the table, and the
-//! call's alias applies as for any table, so `t.col` resolves and EXPLAIN shows the table's name.
+//! [`StreamTableSource`] whose columns are the table's plus `window_start`, `window_end` and
+//! `window_time`, and which carries its window ([`ScanKind::Window`]). The scan is named by the
+//! table, and the call's alias applies as for any table, so `t.col` resolves and EXPLAIN shows
+//! the table's name.
 //! The stream planner reads the window back from the scan and assigns windows at the source.
 
 use std::sync::Arc;
@@ -32,6 +33,8 @@ use crate::sql::normalize;
 use crate::{invalid, not_supported};
 
 const NANOS_PER_DAY: i64 = 86_400_000_000_000;
+/// The columns a window table function adds to its table's, in this order.
+pub const WINDOW_COLUMNS: [&str; 3] = ["window_start", "window_end", "window_time"];
 /// HOP and CUMULATE copy each row into size / slide (step) windows; beyond this a query is a
 /// mistake.
 const MAX_WINDOWS_PER_ROW: i128 = 10_000;
@@ -128,7 +131,9 @@ impl Call<'_> {
         let mut next = 0;
         for a in self.args {
             let (slot, expr) = match a {
-                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if session && next >= params.len() => {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
+                    if session && next >= params.len() =>
+                {
                     keys.push(e);
                     continue;
                 }
@@ -284,13 +289,16 @@ impl Call<'_> {
     }
 
     /// SESSION's partition keys: the indices of the named columns of `table`.
-    fn partition_keys(&self, table: &str, schema: &Schema, keys: &[&SqlExpr]) -> Result<Vec<usize>> {
+    fn partition_keys(
+        &self,
+        table: &str,
+        schema: &Schema,
+        keys: &[&SqlExpr],
+    ) -> Result<Vec<usize>> {
         keys.iter()
             .map(|k| {
                 let name = ident_arg(k).ok_or_else(|| {
-                    invalid!(
-                        "SESSION: a partition key must be a column of {table}, got {k}"
-                    )
+                    invalid!("SESSION: a partition key must be a column of {table}, got {k}")
                 })?;
                 schema.index_of(&name).map_err(|_| {
                     invalid!("SESSION: table {table} has no column '{name}' to partition by")
@@ -299,10 +307,11 @@ impl Call<'_> {
             .collect()
     }
 
-    /// The table's columns plus `window_start` and `window_end`.
+    /// The table's columns plus `window_start`, `window_end` and `window_time` (Flink's: the
+    /// end less a millisecond, a time a later window can be computed from).
     fn windowed_schema(&self, table: &str, schema: &Schema) -> Result<Arc<Schema>> {
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-        for name in ["window_start", "window_end"] {
+        for name in WINDOW_COLUMNS {
             if schema.column_with_name(name).is_some() {
                 return Err(invalid!(
                     "{}: table {table} already has a column named {name}",

@@ -245,3 +245,35 @@ fn sink_example_commits_every_result_once() {
     assert!(expected.len() > 50);
     assert_eq!(got, expected);
 }
+
+/// A LIMIT under the select list (`SELECT ..., count(*) AS n ... LIMIT 3` plans as a
+/// projection over the limit) ends a query over an endless source once it has its rows; the
+/// script then goes on. Also over processing-time windows, fired by the wall clock.
+#[test]
+fn a_limit_ends_a_query_over_an_endless_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("endless.sql");
+    std::fs::write(
+        &script,
+        "CREATE TABLE bid (auction BIGINT, date_time TIMESTAMP, pt AS PROCTIME(),
+           WATERMARK FOR date_time AS date_time)
+         WITH (connector = 'nexmark', stream = 'bid', rate = '2000');
+         SELECT window_end, count(*) AS n FROM TUMBLE(bid, date_time, INTERVAL '5' MILLISECOND)
+         GROUP BY window_start, window_end LIMIT 3;
+         SELECT window_end, count(*) AS n FROM TUMBLE(bid, pt, INTERVAL '200' MILLISECOND)
+         GROUP BY window_end LIMIT 2;",
+    )
+    .unwrap();
+    let out = weir(&["-f", script.to_str().unwrap(), "--format", "csv"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    // Two results: a header and 3 rows, a header and 2 rows.
+    assert_eq!(lines.len(), 7, "{stdout}");
+    assert_eq!(lines[4], "window_end,n", "{stdout}");
+    // Processing-time windows of 200 ms each hold a positive count.
+    for l in &lines[5..] {
+        let n: u64 = l.rsplit(',').next().unwrap().parse().unwrap();
+        assert!(n > 0, "{l}");
+    }
+}

@@ -1,7 +1,7 @@
 //! Differential tests: random rows with disorder and late arrivals, split over one to three
-//! files (source partitions, each with its own watermark), aggregated by weir over TUMBLE, HOP
-//! and CUMULATE windows (and a window Top-N) at random batch sizes and parallelism, compared
-//! row by row with
+//! files (source partitions, each with its own watermark), aggregated by weir over TUMBLE, HOP,
+//! CUMULATE and SESSION windows (and a window Top-N, and a UNION ALL of two sources) at random
+//! batch sizes and parallelism, compared row by row with
 //! DataFusion batch SQL over the same rows. Late rows are removed from the reference by a plain
 //! replay that computes, for each row, the watermark just before it (running maximum of
 //! `ts - bound` over earlier rows); the window arithmetic of the reference is DataFusion's
@@ -20,6 +20,9 @@ use rand::{Rng, SeedableRng};
 use common::{execute, session, text_rows, Collected};
 use weir_planner::sql::StatementText;
 use weir_planner::StatementResult;
+
+#[path = "differential/session.rs"]
+mod session;
 
 const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01 00:00:00 UTC
 
@@ -195,6 +198,22 @@ fn weir_sql(w: &Windows) -> String {
 }
 
 fn batch_reference(ref_path: &str, sql: &str) -> Vec<Vec<String>> {
+    batch_reference_with(&[("ref", ref_path)], sql)
+}
+
+/// DataFusion batch SQL over reference folders (`id, k, v, ts, wprev`), each registered under
+/// its name; rows sorted.
+fn batch_reference_with(tables: &[(&str, &str)], sql: &str) -> Vec<Vec<String>> {
+    let wprev = Field::new(
+        "wprev",
+        DataType::Timestamp(TimeUnit::Nanosecond, None),
+        false,
+    );
+    batch_sql(tables, wprev, sql)
+}
+
+/// DataFusion batch SQL over CSV folders of the random rows' columns plus `last`.
+fn batch_sql(tables: &[(&str, &str)], last: Field, sql: &str) -> Vec<Vec<String>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -205,19 +224,17 @@ fn batch_reference(ref_path: &str, sql: &str) -> Vec<Vec<String>> {
             Field::new("k", DataType::Utf8, false),
             Field::new("v", DataType::Int64, true),
             Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
-            Field::new(
-                "wprev",
-                DataType::Timestamp(TimeUnit::Nanosecond, None),
-                false,
-            ),
+            last,
         ]);
-        ctx.register_csv(
-            "ref",
-            ref_path,
-            CsvReadOptions::new().schema(&schema).has_header(true),
-        )
-        .await
-        .unwrap();
+        for (name, path) in tables {
+            ctx.register_csv(
+                *name,
+                *path,
+                CsvReadOptions::new().schema(&schema).has_header(true),
+            )
+            .await
+            .unwrap();
+        }
         let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
         let mut rows = text_rows(&batches);
         rows.sort();
@@ -225,9 +242,28 @@ fn batch_reference(ref_path: &str, sql: &str) -> Vec<Vec<String>> {
     })
 }
 
-/// Runs the weir query; returns sorted rows and the late-row count.
+/// Runs the weir query over table `t`; returns sorted rows and the late-row count.
 fn weir_run(
     data_path: &str,
+    bound_ms: i64,
+    batch_size: usize,
+    parallelism: usize,
+    sql: &str,
+    memory_budget: Option<&str>,
+) -> (Vec<Vec<String>>, u64) {
+    weir_run_tables(
+        &[("t", data_path)],
+        bound_ms,
+        batch_size,
+        parallelism,
+        sql,
+        memory_budget,
+    )
+}
+
+/// Runs the weir query over tables `(name, files)` of the random rows' columns.
+fn weir_run_tables(
+    tables: &[(&str, &str)],
     bound_ms: i64,
     batch_size: usize,
     parallelism: usize,
@@ -238,12 +274,14 @@ fn weir_run(
     if let Some(b) = memory_budget {
         execute(&mut s, &format!("SET memory_budget = '{b}'")).unwrap();
     }
-    let ddl = format!(
-        "CREATE TABLE t (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
-           WATERMARK FOR ts AS ts - INTERVAL '{bound_ms}' MILLISECOND)
-         WITH (connector = 'file', path = '{data_path}', header = 'true', batch_size = '{batch_size}')"
-    );
-    assert!(matches!(execute(&mut s, &ddl).unwrap(), Collected::Command));
+    for (name, data_path) in tables {
+        let ddl = format!(
+            "CREATE TABLE {name} (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+               WATERMARK FOR ts AS ts - INTERVAL '{bound_ms}' MILLISECOND)
+             WITH (connector = 'file', path = '{data_path}', header = 'true', batch_size = '{batch_size}')"
+        );
+        assert!(matches!(execute(&mut s, &ddl).unwrap(), Collected::Command));
+    }
     let stmt = StatementText {
         text: sql.to_string(),
         line: 1,
@@ -265,15 +303,33 @@ fn check(seed: u64, windows: Windows) {
 /// Runs `weir_sql` on random rows and compares it with `ref_sql` (and the late rows with
 /// `late_sql`) run by DataFusion over the same rows with each row's preceding watermark.
 fn check_sql(seed: u64, weir_sql: &str, ref_sql: &str, late_sql: &str) {
+    check_against(seed, None, weir_sql, |_, reference, _| {
+        let rows = batch_reference(reference, ref_sql);
+        let late = batch_reference(reference, late_sql)[0][0].parse().unwrap();
+        (rows, late)
+    });
+}
+
+/// Runs `weir_sql` on random rows (out of order, late ones, one to three partitions) at a
+/// random batch size, parallelism and memory budget, and compares its rows and late count with
+/// `reference(partitions, ref_dir, bound_ms)`. The watermark bound is random unless `watermark`
+/// gives it (the rows' disorder follows the random one either way).
+fn check_against(
+    seed: u64,
+    watermark: Option<i64>,
+    weir_sql: &str,
+    reference: impl FnOnce(&[Vec<Row>], &str, i64) -> (Vec<Vec<String>>, u64),
+) {
     let mut rng = StdRng::seed_from_u64(seed);
     let coarse = rng.gen_bool(0.5);
-    let bound_ms = if coarse {
+    let random_bound = if coarse {
         rng.gen_range(0..5) * 1000
     } else {
         rng.gen_range(0..5_000)
     };
     let n = rng.gen_range(200..3_000);
-    let rows = generate(&mut rng, n, bound_ms, coarse);
+    let rows = generate(&mut rng, n, random_bound, coarse);
+    let bound_ms = watermark.unwrap_or(random_bound);
     // Up to three partitions (files), each with its own watermark; rows keep their order
     // within a partition.
     let parts = rng.gen_range(1..=3);
@@ -282,9 +338,8 @@ fn check_sql(seed: u64, weir_sql: &str, ref_sql: &str, late_sql: &str) {
         partitions[rng.gen_range(0..parts)].push(r);
     }
     let dir = tempfile::tempdir().unwrap();
-    let (data, reference) = write_partitions(dir.path(), &partitions, bound_ms);
-    let expected = batch_reference(&reference, ref_sql);
-    let expected_late: u64 = batch_reference(&reference, late_sql)[0][0].parse().unwrap();
+    let (data, ref_dir) = write_partitions(dir.path(), &partitions, bound_ms);
+    let (expected, expected_late) = reference(&partitions, &ref_dir, bound_ms);
     assert!(!expected.is_empty(), "seed {seed}: empty reference");
     let batch_size = [1, 7, 64, 1000, 8192][rng.gen_range(0..5)];
     let parallelism = rng.gen_range(1..=4);
@@ -355,6 +410,80 @@ fn top_n_matches_batch_sql() {
             &rank(&windows, ", id"),
             &format!("SELECT count(*) FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
         );
+    }
+}
+
+/// UNION ALL of two sources, each with its own partitions and watermark: each judges its own
+/// late rows, and the union's windows fire at the minimum of both watermarks. Reference: the
+/// union of both sides' rows that were in a window, aggregated by DataFusion.
+#[test]
+fn union_all_matches_batch_sql() {
+    for seed in 500..506 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let size = [1, 2, 5][seed as usize % 3];
+        let bound_ms = rng.gen_range(0..3_000);
+        let dir = tempfile::tempdir().unwrap();
+        let mut sides = Vec::new();
+        for name in ["t", "u"] {
+            let n = rng.gen_range(200..1_500);
+            let coarse = rng.gen_bool(0.5);
+            let rows = generate(&mut rng, n, bound_ms, coarse);
+            let parts = rng.gen_range(1..=3);
+            let mut partitions = vec![Vec::new(); parts];
+            for r in rows {
+                partitions[rng.gen_range(0..parts)].push(r);
+            }
+            sides.push((
+                name,
+                write_partitions(&dir.path().join(name), &partitions, bound_ms),
+            ));
+        }
+        let bin =
+            format!("date_bin(INTERVAL '{size} seconds', ts, TIMESTAMP '1970-01-01 00:00:00')");
+        let end = format!("{bin} + INTERVAL '{size} seconds'");
+        let windowed = |table: &str| {
+            format!("SELECT {bin} AS window_start, {end} AS window_end, k, v FROM {table} WHERE {end} > wprev")
+        };
+        let aggregates = "count(*), count(v), sum(v), max(v)";
+        let union_reference = format!(
+            "SELECT window_start, window_end, k, {aggregates} FROM ({} UNION ALL {})
+             GROUP BY window_start, window_end, k",
+            windowed("rt"),
+            windowed("ru")
+        );
+        let late_reference = format!(
+            "SELECT (SELECT count(*) FROM rt WHERE {end} <= wprev) + (SELECT count(*) FROM ru WHERE {end} <= wprev)"
+        );
+        let references = [
+            ("rt", sides[0].1 .1.as_str()),
+            ("ru", sides[1].1 .1.as_str()),
+        ];
+        let expected = batch_reference_with(&references, &union_reference);
+        let expected_late = batch_reference_with(&references, &late_reference)[0][0].clone();
+        let tvf = |t: &str| {
+            format!("SELECT window_start, window_end, k, v FROM TUMBLE({t}, ts, INTERVAL '{size}' SECOND)")
+        };
+        let sql = format!(
+            "SELECT window_start, window_end, k, {aggregates} FROM ({} UNION ALL {})
+             GROUP BY window_start, window_end, k",
+            tvf("t"),
+            tvf("u")
+        );
+        let batch_size = [1, 64, 8192][rng.gen_range(0..3)];
+        let parallelism = rng.gen_range(1..=4);
+        let budget = rng.gen_bool(0.5).then_some("1");
+        let tables: Vec<(&str, &str)> = sides
+            .iter()
+            .map(|(name, (data, _))| (*name, data.as_str()))
+            .collect();
+        let (actual, late) =
+            weir_run_tables(&tables, bound_ms, batch_size, parallelism, &sql, budget);
+        assert!(!expected.is_empty(), "seed {seed}: empty reference");
+        assert_eq!(
+            actual, expected,
+            "seed {seed}: batch_size {batch_size}, parallelism {parallelism}, budget {budget:?}"
+        );
+        assert_eq!(late.to_string(), expected_late, "seed {seed}: late rows");
     }
 }
 

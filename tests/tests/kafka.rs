@@ -498,7 +498,6 @@ fn a_source_instance_whose_partitions_are_silent_does_not_hold_windows_back() {
     let work = tempfile::tempdir().unwrap();
     let broker = Broker::start();
     broker.create_topic("events", 2);
-    broker.create_topic("quiet", 2);
     let mut values = Vec::new();
     let mut reference = String::from("id,k,v,ts,wprev\n");
     let mut running = i64::MIN;
@@ -525,48 +524,61 @@ fn a_source_instance_whose_partitions_are_silent_does_not_hold_windows_back() {
     for chunk in values.chunks(1_000) {
         broker.produce("events", 0, chunk);
     }
-    let dir = work.path().join("quiet");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("job.sql");
-    std::fs::write(
-        &path,
-        job_script(&broker, "quiet", "exactly_once", "idle_timeout = '1s'", ""),
-    )
-    .unwrap();
-    let data = dir.join("data");
-    let child = spawn(
-        &[
-            "-f",
-            path.to_str().unwrap(),
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--parallelism",
-            "2",
-        ],
-        &dir,
-    );
-    let got = wait_for_committed(
-        &broker,
-        "quiet",
-        expected.len(),
-        std::time::Duration::from_secs(60),
-    );
-    interrupt(&child);
-    let stderr = finish(
-        child,
-        "the job with a silent partition, stopped with Ctrl-C",
-    );
-    assert!(
-        got.len() >= expected.len(),
-        "windows held back by the silent partition's instance: {}",
-        describe_difference(&got, &expected)
-    );
-    let got = all_values(read_committed(&broker, "quiet"));
-    assert!(
-        got == expected,
-        "output differs: {}; {stderr}",
-        describe_difference(&got, &expected)
-    );
+    // The table's own idle_timeout, then the session default (SET idle_timeout) for a table
+    // that sets none.
+    let variants = [
+        ("quiet", String::new(), "idle_timeout = '1s'"),
+        (
+            "quiet_by_setting",
+            "SET idle_timeout = '1s';\n".to_string(),
+            "request_timeout = '30s'",
+        ),
+    ];
+    for (output, setting, option) in variants {
+        broker.create_topic(output, 2);
+        let dir = work.path().join(output);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("job.sql");
+        let script = format!(
+            "{setting}{}",
+            job_script(&broker, output, "exactly_once", option, "")
+        );
+        std::fs::write(&path, script).unwrap();
+        let data = dir.join("data");
+        let child = spawn(
+            &[
+                "-f",
+                path.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--parallelism",
+                "2",
+            ],
+            &dir,
+        );
+        let got = wait_for_committed(
+            &broker,
+            output,
+            expected.len(),
+            std::time::Duration::from_secs(60),
+        );
+        interrupt(&child);
+        let stderr = finish(
+            child,
+            "the job with a silent partition, stopped with Ctrl-C",
+        );
+        assert!(
+            got.len() >= expected.len(),
+            "{output}: windows held back by the silent partition's instance: {}",
+            describe_difference(&got, &expected)
+        );
+        let got = all_values(read_committed(&broker, output));
+        assert!(
+            got == expected,
+            "{output}: output differs: {}; {stderr}",
+            describe_difference(&got, &expected)
+        );
+    }
 }
 
 /// `topic_pattern`: every topic whose whole name matches is read, also one created while the

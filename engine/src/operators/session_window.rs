@@ -7,7 +7,8 @@
 //! - sessions: a row's window `[t, t + gap)` merges with the open sessions of its key that it
 //!   overlaps or touches (rows exactly `gap` apart share a session); a session
 //!   `[first, last + gap)` fires when the watermark reaches its end, emitting its rows with
-//!   `window_start` / `window_end` set to the session's bounds, and is never reopened.
+//!   `window_start` / `window_end` set to the session's bounds (`window_time` to its end less
+//!   a millisecond), and is never reopened.
 //! - lateness, deterministically: a row is judged against its own `W_r`, never against the
 //!   operator's (timing-dependent) watermark. Rows wait (state lane `PENDING`, under `W_r + 1`)
 //!   until the operator's watermark passes their `W_r`, so every row that could be judged at
@@ -32,7 +33,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray, UInt32Array};
 use datafusion::arrow::compute::{concat_batches, take_record_batch};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
@@ -46,6 +47,7 @@ use crate::operator::{Operator, Output};
 use crate::operators::windowed::{
     split_by_window, BufferedRows, KeyedRows, LaneState, OpenWindows, PartRoute,
 };
+use crate::window::WINDOW_TIME_BEFORE_END;
 
 /// Rows waiting for the watermark to pass their own watermark, under `W_r + 1`.
 const PENDING: usize = 0;
@@ -60,9 +62,11 @@ pub struct SessionWindowSpec {
     pub gap: i64,
     /// The partition keys, evaluated on the input; the keyed exchange routes by them.
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
-    /// Indices of `window_start` and `window_end` in the input.
+    /// Indices of `window_start`, `window_end` and `window_time` in the input (`window_time`
+    /// of type `Null` when nobody reads it).
     pub window_start: usize,
     pub window_end: usize,
+    pub window_time: usize,
     pub description: String,
 }
 
@@ -272,6 +276,12 @@ impl SessionWindowOperator {
         let selected = take_record_batch(rows, &UInt32Array::from(fired))?;
         let mut columns: Vec<ArrayRef> = selected.columns()[self.n_keys()..].to_vec();
         columns[self.spec.window_start] = Arc::new(TimestampNanosecondArray::from(starts));
+        if columns[self.spec.window_time].data_type() != &DataType::Null {
+            columns[self.spec.window_time] = Arc::new(TimestampNanosecondArray::from_iter_values(
+                ends.iter()
+                    .map(|e| e.saturating_sub(WINDOW_TIME_BEFORE_END)),
+            ));
+        }
         columns[self.spec.window_end] = Arc::new(TimestampNanosecondArray::from(ends));
         out.emit(RecordBatch::try_new_with_options(
             Arc::clone(&self.output_schema),

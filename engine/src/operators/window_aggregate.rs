@@ -39,6 +39,7 @@ use crate::operator::{Operator, Output};
 use crate::operators::windowed::{
     LaneState, OpenWindows, PartRoute, Run, WindowColumn, WindowContents,
 };
+use crate::window::WINDOW_TIME_BEFORE_END;
 
 /// One column of the GROUP BY list, in output order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +48,8 @@ pub enum GroupColumn {
     Key(usize),
     WindowStart,
     WindowEnd,
+    /// `window_time`: the end less a millisecond.
+    WindowTime,
 }
 
 /// The plan node of a window aggregation.
@@ -372,6 +375,10 @@ impl WindowAggregateOperator {
                     Arc::new(TimestampNanosecondArray::from_value(start, n))
                 }
                 GroupColumn::WindowEnd => Arc::new(TimestampNanosecondArray::from_value(end, n)),
+                GroupColumn::WindowTime => Arc::new(TimestampNanosecondArray::from_value(
+                    end.saturating_sub(WINDOW_TIME_BEFORE_END),
+                    n,
+                )),
             });
         }
         for (i, acc) in window.accumulators.iter_mut().enumerate() {

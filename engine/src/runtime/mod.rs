@@ -44,6 +44,9 @@ pub struct JobConfig {
     pub align_barriers: bool,
     /// Bytes of window state a task keeps in memory before spilling to its store.
     pub memory_budget: usize,
+    /// `idle_timeout` of sources whose table sets none (`SET idle_timeout`); `None`: a silent
+    /// partition holds the watermark back, as without the setting.
+    pub idle_timeout: Option<std::time::Duration>,
     /// Checkpoints of a durable job; `None`: the job keeps none (ad-hoc queries). A durable
     /// job whose directory holds a manifest resumes from the newest complete one.
     pub checkpoint: Option<CheckpointConfig>,
@@ -58,6 +61,7 @@ impl Default for JobConfig {
             channel_capacity: 16,
             align_barriers: true,
             memory_budget: DEFAULT_MEMORY_BUDGET,
+            idle_timeout: None,
             checkpoint: None,
         }
     }

@@ -363,7 +363,8 @@ impl Launch<'_> {
             std::thread::Builder::new().name(format!("weir-{si}-{}-{instance}", stage.name));
         let spawned = match &stage.source {
             Some(src) => {
-                let mut clock = SplitClock::new(src.event_time.clone(), src.factory.idle_timeout());
+                let idle_timeout = src.factory.idle_timeout().or(self.config.idle_timeout);
+                let mut clock = SplitClock::new(src.event_time.clone(), idle_timeout);
                 let reader = self.source_reader(task, stage, &info, &mut clock)?;
                 let control = checkpoint.map(|checkpoint| {
                     let (tx, rx) = bounded(4);

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
-use crate::event_time::{Assigned, EventTimeAssigner, EventTimeSpec};
+use crate::event_time::{wall_clock, Assigned, EventTimeAssigner, EventTimeSpec};
 use crate::message::{EventTime, WATERMARK_MIN};
 use crate::source::SplitId;
 
@@ -126,8 +126,15 @@ impl SplitClock {
         s.assigner.assign(batch)
     }
 
-    /// The instance's watermark now: the minimum over splits that are not idle.
+    /// The instance's watermark now: the minimum over splits that are not idle. A
+    /// processing-time watermark moves with the wall clock first.
     pub fn watermark(&mut self, now: Instant) -> EventTime {
+        if self.spec.proctime.as_ref().is_some_and(|p| p.watermark) {
+            let wall = wall_clock();
+            for s in self.splits.values_mut() {
+                s.assigner.tick(wall);
+            }
+        }
         if let Some(timeout) = self.idle_timeout {
             for s in self.splits.values_mut() {
                 if !s.idle && now.duration_since(s.last_active) >= timeout {
@@ -174,6 +181,7 @@ mod tests {
         EventTimeSpec {
             watermark: Some(Arc::new(Column::new("ts", 0))),
             window: None,
+            proctime: None,
         }
     }
 
@@ -257,5 +265,43 @@ mod tests {
         // without a timeout never
         let never = SplitClock::new(spec(), None);
         assert!(!never.idle(t0 + Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn a_processing_time_watermark_follows_the_wall_clock_without_rows() {
+        // Rows of one column `v`; the table's schema puts the PROCTIME() column before it.
+        let table = Arc::new(Schema::new(vec![
+            Field::new("pt", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
+            Field::new("v", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
+        ]));
+        let spec = EventTimeSpec {
+            watermark: None,
+            window: None,
+            proctime: Some(crate::event_time::ProcTime {
+                column: 0,
+                schema: Arc::clone(&table),
+                watermark: true,
+            }),
+        };
+        let now = Instant::now();
+        let mut clock = SplitClock::new(spec, None);
+        clock.sync(&[0], now);
+        let before = wall_clock();
+        let first = clock.watermark(now);
+        assert!(first >= before, "{first} < {before}");
+        std::thread::sleep(Duration::from_millis(20));
+        // No rows came: the watermark still moved on with the clock.
+        let second = clock.watermark(now);
+        assert!(second >= first + 20_000_000, "{second} vs {first}");
+        let out = clock.assign(0, batch(&[5]), now).unwrap();
+        let rows = out.batch.unwrap();
+        assert_eq!(rows.schema(), table);
+        let stamped = rows
+            .column(0)
+            .as_any()
+            .downcast_ref::<TimestampNanosecondArray>()
+            .unwrap()
+            .value(0);
+        assert!(stamped >= second && stamped <= wall_clock());
     }
 }

@@ -166,6 +166,7 @@ impl JobManager {
         let config = JobConfig {
             align_barriers: record.settings.exactly_once,
             memory_budget: record.settings.memory_budget,
+            idle_timeout: record.settings.idle_timeout,
             checkpoint: Some(CheckpointConfig {
                 dir: job_dir(&self.data_dir, &record.name),
                 interval: record.settings.checkpoint_interval,

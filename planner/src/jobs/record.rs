@@ -46,6 +46,14 @@ pub struct JobSettings {
     pub checkpoints_retained: usize,
     #[serde(default = "default_memory_budget")]
     pub memory_budget: usize,
+    /// `SET idle_timeout` when the job was created (tables' own `idle_timeout` win).
+    #[serde(
+        default,
+        rename = "idle_timeout_ms",
+        with = "optional_millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idle_timeout: Option<Duration>,
 }
 
 fn default_memory_budget() -> usize {
@@ -63,6 +71,23 @@ mod millis {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+/// An optional duration as whole milliseconds.
+mod optional_millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
     }
 }
 
@@ -168,6 +193,7 @@ mod tests {
                 exactly_once: false,
                 checkpoints_retained: 2,
                 memory_budget: 1 << 20,
+                idle_timeout: Some(Duration::from_secs(10)),
             },
             base_dir: PathBuf::from("/work"),
             state: JobState::Stopped,
@@ -184,6 +210,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["settings"]["checkpoint_interval_ms"], 250);
         assert_eq!(v["settings"]["delivery"], "at_least_once");
+        assert_eq!(v["settings"]["idle_timeout_ms"], 10_000);
         assert_eq!(v["state"], "stopped");
         // A record without memory_budget (written before it existed) gets the default.
         let old = text.replace("\"memory_budget\": 1048576", "\"x\": 0");

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::common::DFSchema;
 use datafusion::sql::planner::SqlToRel;
 use weir_connectors::sinks::postgres::PostgresTable;
@@ -14,6 +14,8 @@ use crate::catalog::{TableDef, TableWatermark};
 use crate::context::PlanningContext;
 use crate::error::{PlanError, Result};
 use crate::invalid;
+use datafusion::sql::sqlparser::ast::Ident;
+
 use crate::sql::{normalize, CreateTable, WatermarkClause};
 
 impl Session {
@@ -44,9 +46,11 @@ impl Session {
             .schema
             .fields()
             .iter()
-            .map(|f| {
+            .enumerate()
+            .map(|(i, f)| {
                 let wm = match &def.watermark {
                     Some(w) if &w.column == f.name() => format!("{} AS {}", w.column, w.text),
+                    _ if def.proctime == Some(i) => "PROCTIME()".to_string(),
                     _ => String::new(),
                 };
                 vec![
@@ -70,8 +74,10 @@ impl Session {
             if_not_exists,
             columns,
             watermark,
+            proctime,
             options: mut pairs,
         } = ct;
+        let declared_columns = columns.len();
         if self.catalog.get(&name).is_some() {
             if if_not_exists {
                 return Ok(StatementResult::Command("CREATE TABLE".into()));
@@ -100,14 +106,23 @@ impl Session {
             ));
         }
         let source = table_source(&name, declared, &options, watermark.is_some())?;
-        let schema = source.schema();
+        let (schema, proctime) = with_proctime(&name, source.schema(), proctime, declared_columns)?;
         let watermark = watermark
             .map(|w| self.table_watermark(&name, &schema, w))
             .transpose()?;
+        if let (Some(w), Some(p)) = (&watermark, proctime) {
+            if schema.field(p).name() == &w.column {
+                return Err(invalid!(
+                    "table {name}: {} is a PROCTIME() column; it has no WATERMARK (the wall clock is its watermark)",
+                    w.column
+                ));
+            }
+        }
         self.catalog.insert(TableDef {
             name,
             schema,
             watermark,
+            proctime,
             options,
             source,
             ddl: text.trim().to_string(),
@@ -151,6 +166,38 @@ impl Session {
             expr,
         })
     }
+}
+
+/// The table's columns: the source's, with the `PROCTIME()` column (if any) where it was
+/// declared (after the connector's columns when none are declared); and that column's index.
+fn with_proctime(
+    name: &str,
+    schema: SchemaRef,
+    proctime: Option<(Ident, usize)>,
+    declared_columns: usize,
+) -> Result<(SchemaRef, Option<usize>)> {
+    let Some((column, position)) = proctime else {
+        return Ok((schema, None));
+    };
+    let column = normalize(&column);
+    if schema.field_with_name(&column).is_ok() {
+        return Err(invalid!("table {name}: two columns named {column}"));
+    }
+    let at = if declared_columns == 0 {
+        schema.fields().len()
+    } else {
+        position.min(schema.fields().len())
+    };
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.insert(
+        at,
+        Field::new(
+            column,
+            DataType::Timestamp(TimeUnit::Nanosecond, None),
+            false,
+        ),
+    );
+    Ok((Arc::new(Schema::new(fields)), Some(at)))
 }
 
 /// The source of a table: its connector's, or for `connector = 'postgres'` a table weir

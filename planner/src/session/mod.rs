@@ -55,6 +55,8 @@ pub struct SessionConfig {
     pub resume_parallelism: Option<usize>,
     /// Bytes of window state each task keeps in memory before spilling to its store.
     pub memory_budget: usize,
+    /// `idle_timeout` of sources whose table sets none.
+    pub idle_timeout: Option<Duration>,
     /// When set, `path` options must lead inside this directory (wire sessions).
     pub file_root: Option<PathBuf>,
     /// PostgreSQL session parameters set by the client (`SET application_name = ...`).
@@ -72,6 +74,7 @@ impl Default for SessionConfig {
             base_dir: None,
             resume_parallelism: None,
             memory_budget: weir_engine::runtime::DEFAULT_MEMORY_BUDGET,
+            idle_timeout: None,
             file_root: None,
             client_params: BTreeMap::new(),
         }
@@ -323,6 +326,7 @@ impl Session {
     fn job_config(&self) -> JobConfig {
         JobConfig {
             memory_budget: self.config.memory_budget,
+            idle_timeout: self.config.idle_timeout,
             ..JobConfig::default()
         }
     }
@@ -347,13 +351,7 @@ impl Session {
         )
         .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
         let bounded = graph.is_bounded();
-        let limit = match &plan {
-            LogicalPlan::Limit(l) => match l.get_fetch_type()? {
-                datafusion::logical_expr::FetchType::Literal(n) => n,
-                _ => None,
-            },
-            _ => None,
-        };
+        let limit = result_limit(&plan)?;
         let job = spawn_job(graph, self.job_config())?;
         Ok(StatementResult::Query(QueryRun {
             schema,
@@ -446,4 +444,19 @@ fn statement_kind(s: &Statement) -> String {
     let text = s.to_string();
     let words: Vec<&str> = text.split_whitespace().take(2).collect();
     words.join(" ").to_ascii_uppercase()
+}
+
+/// The LIMIT of a query's result: of its top node, or under the projections and aliases above
+/// it (`SELECT a, count(*) AS n ... LIMIT 3` plans as a projection over the limit). A query
+/// with one ends when that many rows came, even over an unbounded source.
+fn result_limit(plan: &LogicalPlan) -> Result<Option<usize>> {
+    match plan {
+        LogicalPlan::Limit(l) => Ok(match l.get_fetch_type()? {
+            datafusion::logical_expr::FetchType::Literal(n) => n,
+            _ => None,
+        }),
+        LogicalPlan::Projection(p) => result_limit(&p.input),
+        LogicalPlan::SubqueryAlias(a) => result_limit(&a.input),
+        _ => Ok(None),
+    }
 }

@@ -169,6 +169,13 @@ impl Session {
                 self.config.checkpoints_retained.to_string(),
                 "complete checkpoints kept per job",
             ),
+            (
+                "idle_timeout",
+                self.config
+                    .idle_timeout
+                    .map_or_else(|| "off".to_string(), format_duration),
+                "default idle_timeout of sources whose table sets none: a partition silent that long stops holding the watermark back (liveness over determinism); off: never",
+            ),
         ]
     }
 
@@ -196,6 +203,16 @@ impl Session {
             }
             "memory_budget" => {
                 self.config.memory_budget = parse_bytes(value)?;
+                Ok(())
+            }
+            "idle_timeout" => {
+                let off =
+                    ["off", "none", "0"].contains(&value.trim().to_ascii_lowercase().as_str());
+                self.config.idle_timeout = if off {
+                    None
+                } else {
+                    Some(parse_duration(value)?)
+                };
                 Ok(())
             }
             "checkpoints_retained" => {

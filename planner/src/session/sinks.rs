@@ -131,6 +131,7 @@ impl Session {
             exactly_once: self.config.exactly_once,
             checkpoints_retained: self.config.checkpoints_retained,
             memory_budget: self.config.memory_budget,
+            idle_timeout: self.config.idle_timeout,
         };
         let mut rest = Vec::new();
         for (k, v) in options.drain(..) {
@@ -306,6 +307,7 @@ impl Session {
             name: name.to_string(),
             schema,
             watermark: None,
+            proctime: None,
             options: Options::new([("connector".to_string(), "materialized view".to_string())]),
             source,
             ddl: String::new(),

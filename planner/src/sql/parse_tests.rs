@@ -21,6 +21,28 @@ fn takes_the_watermark_clause_out_of_create_table() {
 }
 
 #[test]
+fn a_proctime_column_is_taken_out_with_its_position() {
+    let WeirStatement::CreateTable(t) = parse(
+        "CREATE TABLE t (a BIGINT, pt AS PROCTIME(), ts TIMESTAMP, WATERMARK FOR ts AS ts) WITH (connector = 'file')",
+    ) else {
+        panic!("not CREATE TABLE")
+    };
+    let (column, position) = t.proctime.unwrap();
+    assert_eq!((column.value.as_str(), position), ("pt", 1));
+    assert_eq!(t.columns.len(), 2);
+    assert!(t.watermark.is_some());
+    let err = parse_statement(
+        "CREATE TABLE t (a BIGINT, b AS a + 1) WITH (connector = 'file')",
+        1,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("computed column b AS a + 1"),
+        "{err}"
+    );
+}
+
+#[test]
 fn watermark_clause_may_come_first_and_columns_may_be_absent() {
     let WeirStatement::CreateTable(t) =
         parse("CREATE TABLE t (WATERMARK FOR ts AS ts, ts TIMESTAMP) WITH (connector = 'file')")

@@ -46,6 +46,8 @@ pub struct CreateTable {
     /// Empty when the connector knows the columns (nexmark).
     pub columns: Vec<ColumnDef>,
     pub watermark: Option<WatermarkClause>,
+    /// `name AS PROCTIME()`: the column's name and how many declared columns precede it.
+    pub proctime: Option<(Ident, usize)>,
     pub options: Vec<(String, String)>,
 }
 
@@ -437,9 +439,18 @@ impl<'a> WeirParser<'a> {
         let name = self.parse_name()?;
         let mut columns = Vec::new();
         let mut watermark = None;
+        let mut proctime = None;
         if self.parser.consume_token(&Token::LParen) {
             loop {
-                if self.parse_words(&["WATERMARK", "FOR"]) {
+                if matches!(self.parser.peek_token().token, Token::Word(_))
+                    && matches!(self.parser.peek_nth_token(1).token,
+                        Token::Word(w) if w.keyword == Keyword::AS)
+                {
+                    if proctime.is_some() {
+                        return Err(invalid!("table {name}: one PROCTIME() column only").into());
+                    }
+                    proctime = Some((self.parse_proctime_column(&name)?, columns.len()));
+                } else if self.parse_words(&["WATERMARK", "FOR"]) {
                     if watermark.is_some() {
                         return Err(invalid!("table {name}: one WATERMARK FOR clause only").into());
                     }
@@ -472,8 +483,26 @@ impl<'a> WeirParser<'a> {
             if_not_exists,
             columns,
             watermark,
+            proctime,
             options,
         })))
+    }
+
+    /// `name AS PROCTIME()` in a column list: the one computed column weir has.
+    fn parse_proctime_column(&mut self, table: &str) -> PResult<Ident> {
+        let column = self.parser.parse_identifier()?;
+        self.parser.expect_keyword_is(Keyword::AS)?;
+        let expr = self.parser.parse_expr()?;
+        let is_proctime = matches!(&expr, Expr::Function(f)
+            if f.name.to_string().eq_ignore_ascii_case("PROCTIME")
+                && f.args.to_string().trim_matches(|c| c == '(' || c == ')').trim().is_empty());
+        if !is_proctime {
+            return Err(not_supported!(
+                "table {table}: computed column {column} AS {expr} (the one computed column is `name AS PROCTIME()`)"
+            )
+            .into());
+        }
+        Ok(column)
     }
 
     fn parse_drop(&mut self) -> PResult<WeirStatement> {

@@ -24,7 +24,8 @@ struct GroupBy {
     keys: Vec<Arc<dyn PhysicalExpr>>,
     /// The GROUP BY list in output order.
     group_columns: Vec<GroupColumn>,
-    /// The window grouped by: its `window_end` if grouped by one, else its `window_start`.
+    /// The window grouped by: its `window_end` if grouped by one, else its `window_time`, else
+    /// its `window_start`.
     window: Option<WindowColumn>,
     /// The window bound each output column holds (the group columns, then the aggregates).
     out_windows: Vec<Option<WindowBound>>,
@@ -122,6 +123,13 @@ impl StreamPlanner<'_> {
                 Some((column, bound)) if bound.edge == WindowEdge::Start => {
                     g.group_columns.push(GroupColumn::WindowStart);
                     if g.window.is_none() {
+                        g.window = Some(WindowColumn::new(column, bound));
+                    }
+                    g.out_windows.push(Some(bound));
+                }
+                Some((column, bound)) if bound.edge == WindowEdge::Time => {
+                    g.group_columns.push(GroupColumn::WindowTime);
+                    if g.window.is_none_or(|w| w.bound.edge == WindowEdge::Start) {
                         g.window = Some(WindowColumn::new(column, bound));
                     }
                     g.out_windows.push(Some(bound));

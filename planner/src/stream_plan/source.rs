@@ -10,12 +10,15 @@ use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_engine::event_time::WindowAssignment;
 use weir_engine::operators::{CalcOperator, SessionWindowSpec, WindowBound};
-use weir_engine::{EventTimeSpec, Partitioning, SourceStage, Stage, StageInput, WindowSpec};
+use weir_engine::{
+    EventTimeSpec, Partitioning, ProcTime, SourceStage, Stage, StageInput, WindowSpec,
+};
 
 use super::{arrow_schema, Stream, StreamPlanner};
 use crate::catalog::TableDef;
 use crate::context::{ScanKind, StreamTableSource, WindowTvf};
 use crate::error::{PlanError, Result};
+use crate::window_tvf::WINDOW_COLUMNS;
 
 /// What makes two scans read the same stream: the table and its window function.
 pub(super) fn source_key(source: &StreamTableSource) -> String {
@@ -163,7 +166,7 @@ impl StreamPlanner<'_> {
         let WindowSpec::Session { gap } = window.spec else {
             return Err(PlanError::Internal("not a SESSION window".into()));
         };
-        let columns = source.schema.fields().len() - 2;
+        let columns = source.schema.fields().len() - WINDOW_COLUMNS.len();
         let input_schema = self
             .window_assignment(source, window, columns)
             .output_schema;
@@ -181,6 +184,7 @@ impl StreamPlanner<'_> {
             keys: keys.clone(),
             window_start: columns,
             window_end: columns + 1,
+            window_time: columns + 2,
             description: format!("SessionWindow: {}", window.text),
         };
         let stage = self.keyed_stage(&stream, keys, None, &input_schema, "session");
@@ -207,7 +211,22 @@ impl StreamPlanner<'_> {
             &def.schema,
         )?);
         let mut text = Vec::new();
-        let watermark = self.source_watermark(def, &table_schema, &mut text)?;
+        // A window over the PROCTIME() column is fired by the wall clock.
+        let proctime = def.proctime.map(|column| ProcTime {
+            column,
+            schema: Arc::clone(&def.schema),
+            watermark: window.as_ref().is_some_and(|w| w.time_column == column),
+        });
+        let watermark = match &proctime {
+            Some(p) if p.watermark => {
+                text.push(format!(
+                    "Watermark: {} AS PROCTIME() (the wall clock)",
+                    def.schema.field(p.column).name()
+                ));
+                None
+            }
+            _ => self.source_watermark(def, &table_schema, &mut text)?,
+        };
         let mut windows = vec![None; def.schema.fields().len()];
         let assignment = match &window {
             Some(w) => {
@@ -217,6 +236,7 @@ impl StreamPlanner<'_> {
                 let size = w.spec.size();
                 windows.push(w.spec.fixed_size().then(|| WindowBound::start(size)));
                 windows.push(Some(WindowBound::end(size)));
+                windows.push(Some(WindowBound::time(size)));
                 Some(self.window_assignment(source, w, def.schema.fields().len()))
             }
             None => None,
@@ -231,6 +251,7 @@ impl StreamPlanner<'_> {
                 event_time: EventTimeSpec {
                     watermark,
                     window: assignment,
+                    proctime,
                 },
                 event_time_text: text,
             }),
@@ -282,9 +303,12 @@ impl StreamPlanner<'_> {
         window: &WindowTvf,
         columns: usize,
     ) -> WindowAssignment {
+        // window_time (after window_start and window_end) is left out when nobody reads it.
+        let window_time = columns + 2;
         let unused: Vec<usize> = match self.read.get(&source_key(source)) {
             Some(Some(read)) => (0..columns)
                 .filter(|i| !read.contains(i) && !window.partition.contains(i))
+                .chain((!read.contains(&window_time)).then_some(window_time))
                 .collect(),
             _ => Vec::new(),
         };

@@ -4,6 +4,7 @@
 
 mod emit_order;
 mod partition;
+mod session_window;
 mod window_aggregate;
 mod window_join;
 mod window_top_n;

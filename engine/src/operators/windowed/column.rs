@@ -1,8 +1,8 @@
 //! Which column of a stream holds each row's window, and how to reach the window's end.
 //!
 //! Windowed operators know a window by its end: windows fire in order of end, and a window's
-//! state is stored under its end. A row carries its window in `window_start` or `window_end`
-//! (added at the source by the window table function); [`WindowBound`] says which one, and
+//! state is stored under its end. A row carries its window in `window_start`, `window_end` or
+//! `window_time` (added by the window table function); [`WindowBound`] says which one, and
 //! [`WindowColumn`] where it is in a batch. The planner traces a [`WindowBound`] through
 //! projections and joins for every column of a stream.
 
@@ -12,6 +12,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use crate::error::{EngineError, Result};
 use crate::event_time::timestamps_as_nanos;
 use crate::message::EventTime;
+use crate::window::WINDOW_TIME_BEFORE_END;
 
 /// Which bound of its window a column holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -20,6 +21,9 @@ pub enum WindowEdge {
     Start,
     /// `window_end`.
     End,
+    /// `window_time`: [`WINDOW_TIME_BEFORE_END`] before the end (Flink's `window_time`, the
+    /// window's last instant at millisecond precision).
+    Time,
 }
 
 /// What a column holds as far as windows go: one bound of each row's window, of windows `size`
@@ -48,11 +52,20 @@ impl WindowBound {
         }
     }
 
+    /// A `window_time` column of windows `size` long.
+    pub fn time(size: i64) -> Self {
+        Self {
+            edge: WindowEdge::Time,
+            size,
+        }
+    }
+
     /// What to add to the column's value to get the window's end.
     pub fn shift(&self) -> i64 {
         match self.edge {
             WindowEdge::Start => self.size,
             WindowEdge::End => 0,
+            WindowEdge::Time => WINDOW_TIME_BEFORE_END,
         }
     }
 
@@ -149,6 +162,10 @@ mod tests {
         assert_eq!(start.bound.start_of(15_000_000), 10_000_000);
         assert_eq!(start.bound.value_of(15_000_000), 10_000_000);
         assert_eq!(end.bound.value_of(15_000_000), 15_000_000);
+        // window_time: the end less one millisecond (the column is in milliseconds here).
+        let time = WindowColumn::new(0, WindowBound::time(5_000_000));
+        assert_eq!(time.ends(&b).unwrap(), vec![11_000_000, 21_000_000]);
+        assert_eq!(time.bound.value_of(15_000_000), 14_000_000);
 
         let with_null = ms(vec![None, Some(1)]);
         assert!(end.ends(&with_null).is_err());
