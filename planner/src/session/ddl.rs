@@ -5,6 +5,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::common::DFSchema;
 use datafusion::sql::planner::SqlToRel;
+use datafusion::sql::sqlparser::ast::Ident;
 use weir_connectors::sinks::postgres::PostgresTable;
 use weir_connectors::{create_source, Options};
 use weir_engine::SourceFactory;
@@ -14,8 +15,6 @@ use crate::catalog::{TableDef, TableWatermark};
 use crate::context::PlanningContext;
 use crate::error::{PlanError, Result};
 use crate::invalid;
-use datafusion::sql::sqlparser::ast::Ident;
-
 use crate::sql::{normalize, CreateTable, WatermarkClause};
 
 impl Session {
