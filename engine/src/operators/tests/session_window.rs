@@ -21,6 +21,9 @@ const GAP: i64 = 10;
 /// `(id, key, event time, watermark before the row)`.
 type Row = (i64, i64, EventTime, EventTime);
 
+/// The reference's open sessions by key: `(start, end, rows)`.
+type OpenSessions = BTreeMap<i64, Vec<(i64, i64, Vec<Row>)>>;
+
 fn input_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
@@ -96,13 +99,10 @@ fn events(seed: u64) -> Steps<Row> {
 fn expected(steps: &Steps<Row>, keyed: bool) -> (Vec<Vec<Option<i64>>>, u64) {
     let mut rows: Vec<Row> = steps.steps.iter().flat_map(|(r, _)| r.clone()).collect();
     rows.sort_by_key(|r| (r.3, std::cmp::Reverse(r.2), r.0));
-    // key -> open sessions (start, end, rows)
-    let mut open: BTreeMap<i64, Vec<(i64, i64, Vec<Row>)>> = BTreeMap::new();
+    let mut open = OpenSessions::new();
     let mut out = Vec::new();
     let mut late = 0;
-    let fire = |open: &mut BTreeMap<i64, Vec<(i64, i64, Vec<Row>)>>,
-                out: &mut Vec<Vec<Option<i64>>>,
-                watermark: EventTime| {
+    let fire = |open: &mut OpenSessions, out: &mut Vec<Vec<Option<i64>>>, watermark: EventTime| {
         for sessions in open.values_mut() {
             sessions.retain(|(s, e, members)| {
                 if *e > watermark {
