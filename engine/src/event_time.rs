@@ -18,9 +18,9 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, NullArray, TimestampNanosecondArray, UInt32Array,
+    Array, ArrayRef, AsArray, BooleanArray, NullArray, TimestampNanosecondArray, UInt32Array,
 };
-use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::compute::{cast, filter_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampNanosecondType};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::physical_expr::PhysicalExpr;
@@ -36,6 +36,10 @@ pub struct EventTimeSpec {
     pub watermark: Option<Arc<dyn PhysicalExpr>>,
     /// A window table function applied to this source, if any.
     pub window: Option<WindowAssignment>,
+    /// Without a window: drop (and count as late) each row whose value in this column is below
+    /// the watermark just before it. Set for a scan feeding an interval join, which then relies
+    /// on every row after watermark W having a time `>= W`, judged per row as above.
+    pub out_of_bound: Option<usize>,
 }
 
 /// A window table function: which column holds event time and the windows' shape.
@@ -108,14 +112,41 @@ impl EventTimeAssigner {
     pub fn assign(&mut self, batch: RecordBatch) -> Result<Assigned> {
         self.advance_watermark(&batch)?;
         let Some(window) = &self.spec.window else {
-            return Ok(Assigned {
-                batch: Some(batch),
-                late_rows: 0,
-            });
+            return match self.spec.out_of_bound {
+                Some(column) => self.drop_out_of_bound(batch, column),
+                None => Ok(Assigned {
+                    batch: Some(batch),
+                    late_rows: 0,
+                }),
+            };
         };
         let (pairs, late_rows) = self.row_windows(window, &batch)?;
         Ok(Assigned {
             batch: windowed_batch(window, &batch, pairs)?,
+            late_rows,
+        })
+    }
+
+    /// The rows of `batch` whose `column` is not below the watermark just before them (a NULL
+    /// time is kept: it is no time at all, and matches nothing downstream).
+    fn drop_out_of_bound(&self, batch: RecordBatch, column: usize) -> Result<Assigned> {
+        let times = timestamps_as_nanos(batch.column(column))?;
+        let keep: BooleanArray = (0..times.len())
+            .map(|i| {
+                let wm = self.row_watermarks.get(i).copied().unwrap_or(WATERMARK_MIN);
+                Some(times.is_null(i) || times.value(i) >= wm)
+            })
+            .collect();
+        let late_rows = keep.false_count() as u64;
+        if late_rows == 0 {
+            return Ok(Assigned {
+                batch: Some(batch),
+                late_rows,
+            });
+        }
+        let kept = filter_record_batch(&batch, &keep)?;
+        Ok(Assigned {
+            batch: (kept.num_rows() > 0).then_some(kept),
             late_rows,
         })
     }
@@ -313,6 +344,7 @@ mod tests {
                 output_schema: Arc::new(Schema::new(fields)),
                 unused: vec![],
             }),
+            out_of_bound: None,
         })
     }
 
@@ -373,5 +405,36 @@ mod tests {
             .map(|i| starts.value(i) / S)
             .collect();
         assert_eq!(row2, vec![10, 8, 6]);
+    }
+
+    #[test]
+    fn out_of_bound_rows_are_judged_against_their_own_watermark() {
+        let spec = EventTimeSpec {
+            watermark: Some(Arc::new(Column::new("ts", 1))),
+            window: None,
+            out_of_bound: Some(1),
+        };
+        // Watermarks before each row: -inf, 5, 25, 25; rows 3 (t=12 < 25) and 4 (t=21) late.
+        let rows = [(1, 5), (2, 25), (3, 12), (4, 21), (5, 25)];
+        let mut whole = EventTimeAssigner::new(spec.clone());
+        let out = whole.assign(batch(&rows)).unwrap();
+        let ids = |b: &RecordBatch| {
+            b.column(0)
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                .values()
+                .to_vec()
+        };
+        assert_eq!(
+            (out.late_rows, ids(&out.batch.unwrap())),
+            (2, vec![1, 2, 5])
+        );
+        let mut split = EventTimeAssigner::new(spec);
+        let (mut late, mut kept) = (0, vec![]);
+        for r in rows {
+            let out = split.assign(batch(&[r])).unwrap();
+            late += out.late_rows;
+            kept.extend(out.batch.map(|b| ids(&b)).unwrap_or_default());
+        }
+        assert_eq!((late, kept), (2, vec![1, 2, 5]));
     }
 }

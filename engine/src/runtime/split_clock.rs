@@ -174,6 +174,7 @@ mod tests {
         EventTimeSpec {
             watermark: Some(Arc::new(Column::new("ts", 0))),
             window: None,
+            out_of_bound: None,
         }
     }
 

@@ -3,6 +3,7 @@
 //! spills.
 
 mod emit_order;
+mod interval_join;
 mod partition;
 mod window_aggregate;
 mod window_join;
