@@ -23,9 +23,9 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, NullArray, TimestampNanosecondArray, UInt32Array,
+    Array, ArrayRef, AsArray, BooleanArray, NullArray, TimestampNanosecondArray, UInt32Array,
 };
-use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::compute::{cast, filter_record_batch, take};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampNanosecondType};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::physical_expr::PhysicalExpr;
@@ -43,6 +43,10 @@ pub struct EventTimeSpec {
     pub window: Option<WindowAssignment>,
     /// A `PROCTIME()` column of the table, if any.
     pub proctime: Option<ProcTime>,
+    /// Without a window: drop (and count as late) each row whose value in this column is below
+    /// the watermark just before it. Set for a scan feeding an interval join, which then relies
+    /// on every row after watermark W having a time `>= W`, judged per row as above.
+    pub out_of_bound: Option<usize>,
 }
 
 /// A processing-time column (`pt AS PROCTIME()`): the wall clock when the source read the row.
@@ -146,10 +150,13 @@ impl EventTimeAssigner {
         let batch = self.stamp(batch)?;
         self.advance_watermark(&batch)?;
         let Some(window) = &self.spec.window else {
-            return Ok(Assigned {
-                batch: Some(batch),
-                late_rows: 0,
-            });
+            return match self.spec.out_of_bound {
+                Some(column) => self.drop_out_of_bound(batch, column),
+                None => Ok(Assigned {
+                    batch: Some(batch),
+                    late_rows: 0,
+                }),
+            };
         };
         let (pairs, late_rows) = self.row_windows(window, &batch)?;
         Ok(Assigned {
@@ -183,6 +190,30 @@ impl EventTimeAssigner {
             columns,
             &options,
         )?)
+    }
+
+    /// The rows of `batch` whose `column` is not below the watermark just before them (a NULL
+    /// time is kept: it is no time at all, and matches nothing downstream).
+    fn drop_out_of_bound(&self, batch: RecordBatch, column: usize) -> Result<Assigned> {
+        let times = timestamps_as_nanos(batch.column(column))?;
+        let keep: BooleanArray = (0..times.len())
+            .map(|i| {
+                let wm = self.row_watermarks.get(i).copied().unwrap_or(WATERMARK_MIN);
+                Some(times.is_null(i) || times.value(i) >= wm)
+            })
+            .collect();
+        let late_rows = keep.false_count() as u64;
+        if late_rows == 0 {
+            return Ok(Assigned {
+                batch: Some(batch),
+                late_rows,
+            });
+        }
+        let kept = filter_record_batch(&batch, &keep)?;
+        Ok(Assigned {
+            batch: (kept.num_rows() > 0).then_some(kept),
+            late_rows,
+        })
     }
 
     /// Moves the watermark over the rows of `batch`, keeping the watermark just before each.
@@ -405,6 +436,7 @@ mod tests {
                 output_schema: Arc::new(Schema::new(fields)),
                 unused: vec![],
             }),
+            out_of_bound: None,
         })
     }
 
@@ -471,5 +503,37 @@ mod tests {
         for i in 0..b.num_rows() {
             assert_eq!(times.value(i), ends.value(i) - WINDOW_TIME_BEFORE_END);
         }
+    }
+
+    #[test]
+    fn out_of_bound_rows_are_judged_against_their_own_watermark() {
+        let spec = EventTimeSpec {
+            watermark: Some(Arc::new(Column::new("ts", 1))),
+            window: None,
+            proctime: None,
+            out_of_bound: Some(1),
+        };
+        // Watermarks before each row: -inf, 5, 25, 25; rows 3 (t=12 < 25) and 4 (t=21) late.
+        let rows = [(1, 5), (2, 25), (3, 12), (4, 21), (5, 25)];
+        let mut whole = EventTimeAssigner::new(spec.clone());
+        let out = whole.assign(batch(&rows)).unwrap();
+        let ids = |b: &RecordBatch| {
+            b.column(0)
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                .values()
+                .to_vec()
+        };
+        assert_eq!(
+            (out.late_rows, ids(&out.batch.unwrap())),
+            (2, vec![1, 2, 5])
+        );
+        let mut split = EventTimeAssigner::new(spec);
+        let (mut late, mut kept) = (0, vec![]);
+        for r in rows {
+            let out = split.assign(batch(&[r])).unwrap();
+            late += out.late_rows;
+            kept.extend(out.batch.map(|b| ids(&b)).unwrap_or_default());
+        }
+        assert_eq!((late, kept), (2, vec![1, 2, 5]));
     }
 }

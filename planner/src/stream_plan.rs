@@ -34,6 +34,8 @@ use crate::error::{PlanError, Result};
 use crate::not_supported;
 
 mod aggregate;
+mod interval;
+mod interval_join;
 mod join;
 mod source;
 mod top_n;
@@ -47,6 +49,10 @@ struct Stream {
     schema: DFSchemaRef,
     /// For each column, the bound of the rows' window it holds, if any.
     windows: Vec<Option<WindowBound>>,
+    /// For each column, whether it holds the event time of a scan feeding an interval join:
+    /// its source dropped the rows below their own watermark, so every row that comes after
+    /// watermark W has a time `>= W` (see [`interval::judged_scans`]).
+    rowtime: Vec<bool>,
     bounded: bool,
     /// Rows come from an aggregation, in hash-table and thread-timing order.
     unordered: bool,
@@ -65,6 +71,8 @@ pub struct StreamPlanner<'a> {
     scans: HashMap<String, usize>,
     /// Source stages read by several scans, by source key.
     shared: HashMap<String, usize>,
+    /// Scans feeding an interval join ([`interval::judged_scans`]).
+    judged: std::collections::HashSet<usize>,
     /// Columns some scan of each source reads (`None`: all of them).
     read: HashMap<String, Option<std::collections::BTreeSet<usize>>>,
 }
@@ -91,6 +99,7 @@ impl<'a> StreamPlanner<'a> {
             fixed_shape: false,
             scans: HashMap::new(),
             shared: HashMap::new(),
+            judged: Default::default(),
             read: HashMap::new(),
         }
     }
@@ -140,11 +149,14 @@ impl<'a> StreamPlanner<'a> {
 
     /// Counts the scans of each source, so a source read twice (a self-join, or an aggregate
     /// joined with its own input as in Nexmark q5 and q7) is generated once and fanned out.
+    /// Scans feeding an interval join get a source of their own (see `judged`).
     fn count_scans(&mut self, plan: &LogicalPlan) {
+        self.judged = interval::judged_scans(plan, self.catalog);
         let _ = plan.apply(|node| {
             if let LogicalPlan::TableScan(scan) = node {
                 if let Some(source) = scan.source.as_ref().downcast_ref::<StreamTableSource>() {
-                    let key = source_key(source);
+                    let judged = self.judged.contains(&interval::scan_id(scan));
+                    let key = source_key(source, judged);
                     *self.scans.entry(key.clone()).or_default() += 1;
                     let read = self
                         .read
@@ -289,17 +301,21 @@ impl<'a> StreamPlanner<'a> {
             .iter()
             .map(|e| self.physical(e, &input.schema))
             .collect::<Result<Vec<_>>>()?;
-        let windows = p
+        let sources: Vec<Option<usize>> = p
             .expr
             .iter()
             .map(|e| match e.clone().unalias() {
-                Expr::Column(c) => input
-                    .schema
-                    .index_of_column(&c)
-                    .ok()
-                    .and_then(|i| input.windows[i]),
+                Expr::Column(c) => input.schema.index_of_column(&c).ok(),
                 _ => None,
             })
+            .collect();
+        let windows = sources
+            .iter()
+            .map(|i| i.and_then(|i| input.windows[i]))
+            .collect();
+        let rowtime = sources
+            .iter()
+            .map(|i| i.is_some_and(|i| input.rowtime[i]))
             .collect();
         let calc = CalcOperator::new(
             None,
@@ -311,6 +327,7 @@ impl<'a> StreamPlanner<'a> {
         Ok(Stream {
             schema: p.schema.clone(),
             windows,
+            rowtime,
             ..input
         })
     }

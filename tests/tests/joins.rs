@@ -1,6 +1,8 @@
 //! Window joins against DataFusion batch SQL on the same rows: INNER / LEFT / RIGHT / FULL,
 //! with and without a residual ON condition, semi and anti joins, at parallelism 1 and 3 and
-//! with every buffered row spilled to the state store.
+//! with every buffered row spilled to the state store; and interval joins against the same
+//! joins in batch over the rows that are not below their watermark (random inputs, every
+//! kind and spelling, any batch size, parallelism and memory budget).
 //!
 //! Both inputs have disorder within the watermark bound and late rows (see
 //! `common::reference::write_input`). A late row is in no window, so the reference drops it
@@ -13,6 +15,8 @@ use std::path::Path;
 
 use common::{query_sorted, session, text_rows};
 use datafusion::prelude::SessionContext;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 fn reference(left: &Path, right: &Path, sql: &str) -> Vec<Vec<String>> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -223,6 +227,8 @@ fn joins_weir_cannot_run_are_refused_with_a_reason() {
         &mut s,
         "CREATE TABLE bid (auction BIGINT, price BIGINT, date_time TIMESTAMP,
            WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+         WITH (connector = 'nexmark', stream = 'bid');
+         CREATE TABLE bare (auction BIGINT, price BIGINT, date_time TIMESTAMP)
          WITH (connector = 'nexmark', stream = 'bid')",
     );
     let refused = [
@@ -241,11 +247,250 @@ fn joins_weir_cannot_run_are_refused_with_a_reason() {
                TUMBLE(bid, date_time, INTERVAL '10' SECOND) b WHERE a.price > b.price",
             "equality condition",
         ),
+        (
+            "SELECT * FROM bid a JOIN bid b
+             ON a.auction = b.auction AND b.date_time >= a.date_time",
+            "without an upper bound",
+        ),
+        (
+            "SELECT * FROM bid a JOIN bare b ON a.auction = b.auction
+             AND b.date_time BETWEEN a.date_time AND a.date_time + INTERVAL '1' SECOND",
+            "b.date_time has no watermark",
+        ),
+        (
+            // Both times unbounded by a watermark: not an interval join, and the streams
+            // have no windows either.
+            "SELECT * FROM bare a JOIN bare b ON a.auction = b.auction
+             AND b.date_time BETWEEN a.date_time AND a.date_time + INTERVAL '1' SECOND",
+            "a.date_time has no watermark",
+        ),
     ];
     for (sql, reason) in refused {
         match common::execute(&mut s, sql) {
             Ok(_) => panic!("{sql}: accepted"),
             Err(e) => assert!(e.to_string().contains(reason), "{sql}: {e}"),
         }
+    }
+}
+
+/// One table's rows for the interval-join differential test: `(id, k, v, ts in ms)`, mostly
+/// rising in time, 20% out of order within the watermark bound, 4% far behind it (late).
+fn interval_rows(rng: &mut StdRng, n: usize, bound_ms: i64, coarse: bool) -> Vec<IntervalRow> {
+    let keys = rng.gen_range(2..12);
+    let mut t = common::reference::BASE_MS;
+    (0..n)
+        .map(|id| {
+            t += rng.gen_range(0..60);
+            let r: f64 = rng.gen();
+            let mut ts = t;
+            if r < 0.2 {
+                ts -= rng.gen_range(0..bound_ms.max(1));
+            } else if r < 0.24 {
+                ts -= bound_ms + rng.gen_range(1..10_000);
+            }
+            IntervalRow {
+                id,
+                k: rng.gen_range(0..keys),
+                v: (rng.gen::<f64>() > 0.05).then(|| rng.gen_range(0..1000)),
+                ts: if coarse { ts - ts.rem_euclid(1000) } else { ts },
+            }
+        })
+        .collect()
+}
+
+#[derive(Clone)]
+struct IntervalRow {
+    id: usize,
+    k: i64,
+    v: Option<i64>,
+    ts: i64,
+}
+
+/// Splits `rows` over `parts` files (each keeping the rows' order) under `dir/data`, and
+/// writes them with each row's prior watermark in its partition to `dir/reference.csv`.
+/// Returns the data folder, the reference file and how many rows are out of bound.
+fn write_interval_table(
+    dir: &Path,
+    rows: &[IntervalRow],
+    parts: usize,
+    bound_ms: i64,
+    rng: &mut StdRng,
+) -> (std::path::PathBuf, std::path::PathBuf, u64) {
+    use std::fmt::Write as _;
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut files = vec![String::from("id,k,v,ts\n"); parts];
+    let mut running = vec![i64::MIN; parts];
+    let mut reference = String::from("id,k,v,ts,wprev\n");
+    let mut late = 0;
+    for r in rows {
+        let p = rng.gen_range(0..parts);
+        let v = r.v.map(|v| v.to_string()).unwrap_or_default();
+        let ts = common::reference::ts_text(r.ts);
+        writeln!(files[p], "{},k{},{v},{ts}", r.id, r.k).unwrap();
+        let wprev = match running[p] {
+            i64::MIN => "1900-01-01 00:00:00.000".to_string(),
+            w => common::reference::ts_text(w),
+        };
+        writeln!(reference, "{},k{},{v},{ts},{wprev}", r.id, r.k).unwrap();
+        late += u64::from(running[p] != i64::MIN && r.ts < running[p]);
+        running[p] = running[p].max(r.ts - bound_ms);
+    }
+    for (i, f) in files.iter().enumerate() {
+        std::fs::write(data.join(format!("part-{i}.csv")), f).unwrap();
+    }
+    let reference_path = dir.join("reference.csv");
+    std::fs::write(&reference_path, reference).unwrap();
+    (data, reference_path, late)
+}
+
+/// `col + ms` as SQL.
+fn shifted(col: &str, ms: i64) -> String {
+    match ms {
+        0 => col.to_string(),
+        ms if ms < 0 => format!("{col} - INTERVAL '{}' MILLISECOND", -ms),
+        ms => format!("{col} + INTERVAL '{ms}' MILLISECOND"),
+    }
+}
+
+/// The interval condition in one of its spellings, bounding `r.ts - l.ts` by
+/// `[lower, upper]` (strictly in spelling 1).
+fn interval_sql(form: usize, lower: i64, upper: i64) -> String {
+    match form {
+        0 => format!(
+            "r.ts BETWEEN {} AND {}",
+            shifted("l.ts", lower),
+            shifted("l.ts", upper)
+        ),
+        1 => format!(
+            "r.ts > {} AND r.ts < {}",
+            shifted("l.ts", lower),
+            shifted("l.ts", upper)
+        ),
+        _ => format!(
+            "l.ts >= {} AND {} >= l.ts",
+            shifted("r.ts", -upper),
+            shifted("r.ts", -lower)
+        ),
+    }
+}
+
+/// Runs `sql` on a fresh session; sorted rows and the late-row count.
+fn weir_interval_run(
+    ddl: &str,
+    sql: &str,
+    parallelism: usize,
+    budget: Option<&str>,
+) -> (Vec<Vec<String>>, u64) {
+    let mut s = session(parallelism);
+    run_ddl(&mut s, ddl);
+    if let Some(b) = budget {
+        common::execute(&mut s, &format!("SET memory_budget = '{b}'")).unwrap();
+    }
+    let stmt = weir_planner::sql::StatementText {
+        text: sql.to_string(),
+        line: 1,
+    };
+    let weir_planner::StatementResult::Query(run) =
+        s.execute(&stmt).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    else {
+        panic!("{sql}: expected a streaming query")
+    };
+    let (batches, metrics) = run.collect().unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let mut rows = text_rows(&batches);
+    rows.sort();
+    (rows, metrics.late_rows)
+}
+
+/// Interval joins against DataFusion batch SQL: the same join as a plain join over the rows
+/// that are not below their partition's watermark, random disorder and late rows, one to
+/// three partitions per table, batch sizes 1 to 8192, parallelism 1 to 4, half the runs with
+/// every buffered row spilled (a 1-byte memory budget), every join kind and spelling.
+#[test]
+fn interval_joins_match_batch_sql() {
+    let kinds = ["JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN"];
+    for seed in 0..16u64 {
+        let mut rng = StdRng::seed_from_u64(1000 + seed);
+        let coarse = rng.gen_bool(0.3);
+        let unit = if coarse { 1000 } else { 1 };
+        let bound_ms = if coarse {
+            rng.gen_range(0..3) * 1000
+        } else {
+            rng.gen_range(0..3000)
+        };
+        let lower = rng.gen_range(-2000..500) / unit * unit;
+        let upper = (lower + rng.gen_range(200..2500)) / unit * unit;
+        let dir = tempfile::tempdir().unwrap();
+        let mut tables = Vec::new();
+        for name in ["l", "r"] {
+            let n = rng.gen_range(300..1200);
+            let rows = interval_rows(&mut rng, n, bound_ms, coarse);
+            let parts = rng.gen_range(1..=3);
+            let sub = dir.path().join(name);
+            tables.push(write_interval_table(&sub, &rows, parts, bound_ms, &mut rng));
+        }
+        let batch_size = [1, 7, 64, 1000, 8192][rng.gen_range(0..5)];
+        let ddl = tables
+            .iter()
+            .zip(["lt", "rt"])
+            .map(|((data, _, _), name)| {
+                format!(
+                    "CREATE TABLE {name} (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+                       WATERMARK FOR ts AS ts - INTERVAL '{bound_ms}' MILLISECOND)
+                     WITH (connector = 'file', path = '{}', format = 'csv', header = 'true',
+                           batch_size = '{batch_size}')",
+                    data.display()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(";");
+        let kind = kinds[seed as usize % 4];
+        let form = rng.gen_range(0..3);
+        // The strict spelling excludes its bounds: widened by a unit, it keeps the same times.
+        let (lower, upper) = if form == 1 {
+            (lower - unit, upper + unit)
+        } else {
+            (lower, upper)
+        };
+        let extra = if rng.gen_bool(0.4) {
+            " AND l.v < r.v"
+        } else {
+            ""
+        };
+        let condition = format!("l.k = r.k AND {}{extra}", interval_sql(form, lower, upper));
+        let columns = "l.id, r.id AS rid, l.k, r.v";
+        // The implicit-join spelling (FROM l, r WHERE ...) for a third of the inner joins.
+        let implicit = kind == "JOIN" && seed % 3 == 0;
+        let (weir_sql, ref_sql) = if implicit {
+            (
+                format!("SELECT {columns} FROM lt l, rt r WHERE {condition}"),
+                format!(
+                    "SELECT {columns} FROM (SELECT * FROM lref WHERE ts >= wprev) l,
+                       (SELECT * FROM rref WHERE ts >= wprev) r WHERE {condition}"
+                ),
+            )
+        } else {
+            (
+                format!("SELECT {columns} FROM lt l {kind} rt r ON {condition}"),
+                format!(
+                    "SELECT {columns} FROM (SELECT * FROM lref WHERE ts >= wprev) l {kind}
+                       (SELECT * FROM rref WHERE ts >= wprev) r ON {condition}"
+                ),
+            )
+        };
+        let expected = reference(&tables[0].1, &tables[1].1, &ref_sql);
+        let late = tables[0].2 + tables[1].2;
+        let parallelism = rng.gen_range(1..=4);
+        let budget = rng.gen_bool(0.5).then_some("1");
+        let what = format!(
+            "seed {seed}: {weir_sql}\n(bound {bound_ms} ms, batch size {batch_size}, \
+             parallelism {parallelism}, budget {budget:?})"
+        );
+        assert!(expected.len() > 50, "{what}: only {} rows", expected.len());
+        assert!(late > 0, "{what}: no late rows");
+        let (got, got_late) = weir_interval_run(&ddl, &weir_sql, parallelism, budget);
+        assert_eq!(got.len(), expected.len(), "{what}");
+        assert!(got == expected, "{what}: rows differ");
+        assert_eq!(got_late, late, "{what}: late rows");
     }
 }

@@ -1,9 +1,10 @@
 //! Operators, one per file. Each file's doc says what the operator takes, emits and keeps, and
-//! what it does on watermark, barrier and end. The windowed ones (aggregate, join, Top-N, session, emit order)
-//! stand on one layer, [`windowed`].
+//! what it does on watermark, barrier and end. The windowed ones (aggregate, window and interval join,
+//! Top-N, session, emit order) stand on one layer, [`windowed`].
 
 pub mod calc;
 pub mod emit_order;
+pub mod interval_join;
 pub mod limit;
 pub mod session_window;
 pub mod sort;
@@ -19,6 +20,7 @@ mod tests;
 
 pub use calc::CalcOperator;
 pub use emit_order::EmitOrderSpec;
+pub use interval_join::{IntervalJoinSpec, IntervalSide};
 pub use limit::LimitSpec;
 pub use session_window::SessionWindowSpec;
 pub use sort::SortSpec;

@@ -161,7 +161,7 @@ pub struct WindowJoinOperator {
 }
 
 /// Whether every key column of each row is non-null (`None`: all are).
-fn keys_valid(keys: &[ArrayRef]) -> Option<Vec<bool>> {
+pub(crate) fn keys_valid(keys: &[ArrayRef]) -> Option<Vec<bool>> {
     let nulls: Vec<_> = keys.iter().filter_map(|k| k.logical_nulls()).collect();
     if nulls.is_empty() {
         return None;
@@ -176,7 +176,7 @@ fn keys_valid(keys: &[ArrayRef]) -> Option<Vec<bool>> {
 
 /// Pairs `(left row, right row)` with equal, non-null keys: a hash table over the right rows,
 /// probed by the left rows in order.
-fn equal_key_pairs(
+pub(crate) fn equal_key_pairs(
     converter: &RowConverter,
     lkeys: &[ArrayRef],
     rkeys: &[ArrayRef],

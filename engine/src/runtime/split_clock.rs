@@ -182,6 +182,7 @@ mod tests {
             watermark: Some(Arc::new(Column::new("ts", 0))),
             window: None,
             proctime: None,
+            out_of_bound: None,
         }
     }
 
@@ -282,6 +283,7 @@ mod tests {
                 schema: Arc::clone(&table),
                 watermark: true,
             }),
+            out_of_bound: None,
         };
         let now = Instant::now();
         let mut clock = SplitClock::new(spec, None);

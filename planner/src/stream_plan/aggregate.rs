@@ -97,6 +97,7 @@ impl StreamPlanner<'_> {
             stage,
             schema: agg.schema.clone(),
             windows: group_by.out_windows,
+            rowtime: vec![false; agg.schema.fields().len()],
             bounded: input.bounded,
             unordered: true,
         })

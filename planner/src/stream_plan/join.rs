@@ -1,5 +1,7 @@
 //! Planning window joins: both inputs behind a keyed exchange on the equality keys, joined per
-//! window by [`WindowJoinSpec`] when the watermark of both passes the window's end.
+//! window by [`WindowJoinSpec`] when the watermark of both passes the window's end. A join
+//! without matching windows whose ON condition bounds the two sides' event times is an
+//! interval join (`interval_join.rs`).
 
 use std::sync::Arc;
 
@@ -10,20 +12,20 @@ use datafusion::physical_expr::PhysicalExpr;
 use weir_engine::operators::{
     JoinKind, JoinSide, WindowBound, WindowColumn, WindowEdge, WindowJoinSpec,
 };
-use weir_engine::{Partitioning, Stage, StageInput};
+use weir_engine::{OperatorFactory, Partitioning, Stage, StageInput};
 
 use super::{arrow_schema, Stream, StreamPlanner};
 use crate::error::Result;
 use crate::{invalid, not_supported};
 
 /// The equality keys of a join, as each side evaluates them.
-struct JoinKeys {
-    left: Vec<Arc<dyn PhysicalExpr>>,
-    right: Vec<Arc<dyn PhysicalExpr>>,
+pub(super) struct JoinKeys {
+    pub left: Vec<Arc<dyn PhysicalExpr>>,
+    pub right: Vec<Arc<dyn PhysicalExpr>>,
     /// The window column of each side, when the keys pair windows of one size.
-    windows: Option<(WindowColumn, WindowColumn)>,
+    pub windows: Option<(WindowColumn, WindowColumn)>,
     /// `l = r` of each pair, for EXPLAIN.
-    text: Vec<String>,
+    pub text: Vec<String>,
 }
 
 impl StreamPlanner<'_> {
@@ -35,6 +37,16 @@ impl StreamPlanner<'_> {
         let right = self.plan(&join.right)?;
         let keys = self.join_keys(join, &left, &right)?;
         let bounded = left.bounded && right.bounded;
+        if keys.windows.is_none() {
+            if let Some(stream) = self.plan_interval_join(join, kind, &left, &right, &keys)? {
+                return Ok(stream);
+            }
+        }
+        if join.on.is_empty() {
+            return Err(not_supported!(
+                "JOIN without an equality condition between the two sides (a window join matches window_start / window_end and keys with =; an interval join bounds both sides' event times, e.g. b.ts BETWEEN a.ts - INTERVAL '5' SECOND AND a.ts)"
+            ));
+        }
         if keys.windows.is_none() && !bounded {
             return Err(not_supported!(
                 "JOIN of unbounded streams without matching windows: join windowed relations ON l.window_start = r.window_start AND l.window_end = r.window_end (windows of the same size) AND keys"
@@ -70,10 +82,11 @@ impl StreamPlanner<'_> {
             output_schema: arrow_schema(&join.schema),
             description: description(join, &keys),
         };
-        let stage = self.join_stage(&left, &right, keys, spec);
+        let stage = self.join_stage(&left, &right, &keys, Arc::new(spec));
         Ok(Stream {
             stage,
             schema: join.schema.clone(),
+            rowtime: vec![false; out_windows.len()],
             windows: out_windows,
             bounded,
             unordered: true,
@@ -123,44 +136,50 @@ impl StreamPlanner<'_> {
         Ok(keys)
     }
 
-    /// A stage running the join, each input routed by its side's keys.
-    fn join_stage(
+    /// A stage running the join, each input routed by its side's keys (one instance without
+    /// keys).
+    pub(super) fn join_stage(
         &mut self,
         left: &Stream,
         right: &Stream,
-        keys: JoinKeys,
-        spec: WindowJoinSpec,
+        keys: &JoinKeys,
+        spec: Arc<dyn OperatorFactory>,
     ) -> usize {
-        let partitioning = |keys: Vec<Arc<dyn PhysicalExpr>>| {
-            if self.parallelism == 1 {
+        let parallelism = if keys.left.is_empty() {
+            1
+        } else {
+            self.parallelism
+        };
+        let partitioning = |keys: &[Arc<dyn PhysicalExpr>]| {
+            if parallelism == 1 {
                 Partitioning::Single
             } else {
-                Partitioning::Hash(keys)
+                Partitioning::Hash(keys.to_vec())
             }
         };
         let inputs = vec![
             StageInput {
                 from: left.stage,
-                partitioning: partitioning(keys.left),
+                partitioning: partitioning(&keys.left),
             },
             StageInput {
                 from: right.stage,
-                partitioning: partitioning(keys.right),
+                partitioning: partitioning(&keys.right),
             },
         ];
         self.stages.push(Stage {
             name: "join".into(),
-            parallelism: self.parallelism,
+            parallelism,
             source: None,
             inputs,
-            chain: vec![Arc::new(spec)],
+            chain: vec![spec],
         });
         self.stages.len() - 1
     }
 }
 
 /// The join kind, or why this join cannot run on streams.
-fn join_kind(join: &Join) -> Result<JoinKind> {
+pub(super) fn join_kind(join: &Join) -> Result<JoinKind> {
     let kind = match join.join_type {
         JoinType::Inner => JoinKind::Inner,
         JoinType::Left => JoinKind::Left,
@@ -180,11 +199,6 @@ fn join_kind(join: &Join) -> Result<JoinKind> {
     if join.null_equality == NullEquality::NullEqualsNull {
         return Err(not_supported!(
             "IS NOT DISTINCT FROM as a join condition; use ="
-        ));
-    }
-    if join.on.is_empty() {
-        return Err(not_supported!(
-            "JOIN without an equality condition between the two sides (a window join matches window_start / window_end and keys with =)"
         ));
     }
     Ok(kind)

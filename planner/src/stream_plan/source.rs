@@ -14,15 +14,18 @@ use weir_engine::{
     EventTimeSpec, Partitioning, ProcTime, SourceStage, Stage, StageInput, WindowSpec,
 };
 
+use super::interval::scan_id;
 use super::{arrow_schema, Stream, StreamPlanner};
 use crate::catalog::TableDef;
 use crate::context::{ScanKind, StreamTableSource, WindowTvf};
 use crate::error::{PlanError, Result};
 use crate::window_tvf::WINDOW_COLUMNS;
 
-/// What makes two scans read the same stream: the table and its window function.
-pub(super) fn source_key(source: &StreamTableSource) -> String {
+/// What makes two scans read the same stream: the table and its window function, and whether
+/// the source drops rows below their own watermark for an interval join (`judged`).
+pub(super) fn source_key(source: &StreamTableSource, judged: bool) -> String {
     match &source.kind {
+        ScanKind::Table(t) if judged => format!("{t}|judged"),
         ScanKind::Table(t) => t.clone(),
         ScanKind::Window(w) => format!(
             "{}|{}|{:?}|{:?}",
@@ -46,7 +49,8 @@ impl StreamPlanner<'_> {
                 "filter pushed into a stream scan".into(),
             ));
         }
-        let stream = self.plan_source(source)?;
+        let judged = self.judged.contains(&scan_id(scan));
+        let stream = self.plan_source(source, judged)?;
         let full = DFSchemaRef::new(DFSchema::try_from_qualified_schema(
             scan.table_name.clone(),
             &source.schema,
@@ -101,6 +105,7 @@ impl StreamPlanner<'_> {
                 self.push(&stream, Arc::new(calc));
                 Stream {
                     windows: cols.iter().map(|&i| stream.windows[i]).collect(),
+                    rowtime: cols.iter().map(|&i| stream.rowtime[i]).collect(),
                     schema: scan.projected_schema.clone(),
                     ..stream
                 }
@@ -115,21 +120,21 @@ impl StreamPlanner<'_> {
     /// The stream of one scan of `source`. A source read by several scans runs once: its
     /// stage (reader, watermark, window assignment) feeds one stage per scan, in which the
     /// scan's own projection and filters are chained.
-    fn plan_source(&mut self, source: &StreamTableSource) -> Result<Stream> {
-        let key = source_key(source);
+    fn plan_source(&mut self, source: &StreamTableSource, judged: bool) -> Result<Stream> {
+        let key = source_key(source, judged);
         if self.scans.get(&key).copied().unwrap_or(0) < 2 {
-            return self.plan_source_stage(source);
+            return self.plan_source_stage(source, judged);
         }
         let stream = match self.shared.get(&key) {
             Some(&stage) => {
-                let mut stream = self.plan_source_stage(source)?;
+                let mut stream = self.plan_source_stage(source, judged)?;
                 // Planned again only for its schema and lineage; the stage is dropped.
                 self.stages.pop();
                 stream.stage = stage;
                 stream
             }
             None => {
-                let stream = self.plan_source_stage(source)?;
+                let stream = self.plan_source_stage(source, judged)?;
                 self.shared.insert(key, stream.stage);
                 stream
             }
@@ -191,13 +196,15 @@ impl StreamPlanner<'_> {
         self.stages[stage].chain.push(Arc::new(spec));
         Ok(Stream {
             stage,
+            rowtime: vec![false; stream.rowtime.len()],
             unordered: true,
             ..stream
         })
     }
 
-    /// A new source stage reading `source`, with its event-time handling.
-    fn plan_source_stage(&mut self, source: &StreamTableSource) -> Result<Stream> {
+    /// A new source stage reading `source`, with its event-time handling. A `judged` scan
+    /// (one feeding an interval join) has its source drop the rows below their own watermark.
+    fn plan_source_stage(&mut self, source: &StreamTableSource, judged: bool) -> Result<Stream> {
         let (table, window) = match &source.kind {
             ScanKind::Table(t) => (t.clone(), None),
             ScanKind::Window(w) => (w.table.clone(), Some(w.clone())),
@@ -241,6 +248,19 @@ impl StreamPlanner<'_> {
             }
             None => None,
         };
+        let out_of_bound = match (&def.watermark, judged && window.is_none()) {
+            (Some(w), true) => def.schema.index_of(&w.column).ok(),
+            _ => None,
+        };
+        if let Some(i) = out_of_bound {
+            text.push(format!(
+                "DropOutOfBound: {} below the watermark (interval join input)",
+                def.schema.field(i).name()
+            ));
+        }
+        let rowtime = (0..windows.len())
+            .map(|i| Some(i) == out_of_bound)
+            .collect();
         let bounded = def.source.is_bounded();
         let partitions = self.source_parallelism(def)?;
         self.stages.push(Stage {
@@ -252,6 +272,7 @@ impl StreamPlanner<'_> {
                     watermark,
                     window: assignment,
                     proctime,
+                    out_of_bound,
                 },
                 event_time_text: text,
             }),
@@ -262,6 +283,7 @@ impl StreamPlanner<'_> {
             stage: self.stages.len() - 1,
             schema: table_schema,
             windows,
+            rowtime,
             bounded,
             unordered: false,
         })
@@ -305,7 +327,7 @@ impl StreamPlanner<'_> {
     ) -> WindowAssignment {
         // window_time (after window_start and window_end) is left out when nobody reads it.
         let window_time = columns + 2;
-        let unused: Vec<usize> = match self.read.get(&source_key(source)) {
+        let unused: Vec<usize> = match self.read.get(&source_key(source, false)) {
             Some(Some(read)) => (0..columns)
                 .filter(|i| !read.contains(i) && !window.partition.contains(i))
                 .chain((!read.contains(&window_time)).then_some(window_time))

@@ -117,6 +117,7 @@ impl StreamPlanner<'_> {
         Ok(Stream {
             stage,
             schema: window.schema.clone(),
+            rowtime: vec![false; out_windows.len()],
             windows: out_windows,
             bounded: input.bounded,
             unordered: true,

@@ -80,6 +80,7 @@ impl StreamPlanner<'_> {
         Ok(Stream {
             stage: self.stages.len() - 1,
             schema: union.schema.clone(),
+            rowtime: vec![false; union.schema.fields().len()],
             windows,
             bounded: inputs.iter().all(|s| s.bounded),
             // Rows of the inputs interleave as they arrive.

@@ -68,7 +68,7 @@ pub async fn register_reference(ctx: &SessionContext, name: &str, reference: &Pa
     let schema = Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("k", DataType::Utf8, false),
-        Field::new("v", DataType::Int64, false),
+        Field::new("v", DataType::Int64, true),
         Field::new("ts", ts(), false),
         Field::new("wprev", ts(), false),
     ]);

@@ -3,6 +3,7 @@
 //! spills.
 
 mod emit_order;
+mod interval_join;
 mod partition;
 mod session_window;
 mod window_aggregate;

@@ -231,6 +231,20 @@ impl<T: WindowContents> OpenWindows<T> {
         ready
     }
 
+    /// Ends of `lane`'s windows (in memory or stored) in `from..=to`, in order: the windows an
+    /// operator that reads state before it fires (the interval join's probe) has to look at.
+    pub fn ends_between(&self, lane: usize, from: EventTime, to: EventTime) -> Vec<EventTime> {
+        if from > to {
+            return Vec::new();
+        }
+        let lane = &self.lanes[lane];
+        let mut ends: Vec<EventTime> = lane.store.between(from, to).collect();
+        ends.extend(lane.memory.range(from..=to).map(|(end, _)| *end));
+        ends.sort_unstable();
+        ends.dedup();
+        ends
+    }
+
     /// The end of the first window at or before `watermark` in any lane (declared, in memory
     /// or stored), for an operator that fires windows one at a time while firing adds windows
     /// (the session operator).

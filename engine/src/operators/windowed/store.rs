@@ -192,6 +192,11 @@ impl WindowStore {
         self.stored.range(..=watermark).copied().collect()
     }
 
+    /// Ends of stored windows in `from..=to`, in order.
+    pub fn between(&self, from: EventTime, to: EventTime) -> impl Iterator<Item = EventTime> + '_ {
+        self.stored.range(from..=to.max(from)).copied()
+    }
+
     /// The end of the first stored window, if any.
     pub fn first(&self) -> Option<EventTime> {
         self.stored.first().copied()

@@ -1,0 +1,180 @@
+//! Planning interval joins: `a JOIN b ON a.k = b.k AND b.ts BETWEEN a.ts - INTERVAL x AND
+//! a.ts + INTERVAL y`, both inputs behind a keyed exchange on the equality keys (one instance
+//! without keys), joined by [`IntervalJoinSpec`].
+//!
+//! Each side's time column must be an event-time column the watermark vouches for: a
+//! table's WATERMARK column read through projections and filters (its source then drops the
+//! rows below their own watermark, so lateness is decided per row, as for windows; see
+//! `interval.rs`), or `window_start` / `window_end` of a windowed relation (a window TVF, a
+//! windowed aggregate), whose rows never come after the watermark that passed their window.
+
+use std::sync::Arc;
+
+use datafusion::common::{Column, DFSchemaRef};
+use datafusion::logical_expr::Join;
+use datafusion::physical_expr::PhysicalExpr;
+use weir_engine::operators::{IntervalJoinSpec, IntervalSide, JoinKind};
+
+use super::interval::{interval_condition, IntervalCondition};
+use super::join::JoinKeys;
+use super::{arrow_schema, Stream, StreamPlanner};
+use crate::error::Result;
+use crate::{invalid, not_supported};
+
+/// Where a side's event time is and how far below the watermark its rows may come.
+#[derive(Debug, Clone, Copy)]
+struct EventTimeColumn {
+    index: usize,
+    lag: i64,
+}
+
+/// The event-time column `column` of `stream`, if it is one.
+fn event_time(stream: &Stream, column: &Column) -> Option<EventTimeColumn> {
+    let index = stream.schema.index_of_column(column).ok()?;
+    if stream.rowtime[index] {
+        return Some(EventTimeColumn { index, lag: 0 });
+    }
+    stream.windows[index].map(|w| EventTimeColumn {
+        index,
+        lag: w.shift(),
+    })
+}
+
+fn not_event_time(column: &Column) -> crate::error::PlanError {
+    invalid!(
+        "interval join: {column} has no watermark; each side's time must be a table's WATERMARK FOR column or the window_start / window_end of a windowed relation"
+    )
+}
+
+impl StreamPlanner<'_> {
+    /// The interval join of `join`, or `None` when its condition bounds no event times (then
+    /// it is a window join or a join over bounded input). Errors say why a condition that
+    /// compares event times cannot run as an interval join.
+    pub(super) fn plan_interval_join(
+        &mut self,
+        join: &Join,
+        kind: JoinKind,
+        left: &Stream,
+        right: &Stream,
+        keys: &JoinKeys,
+    ) -> Result<Option<Stream>> {
+        let Some(condition) = interval_condition(join) else {
+            return Ok(None);
+        };
+        let times = (
+            event_time(left, &condition.left),
+            event_time(right, &condition.right),
+        );
+        let judged = [(left, &condition.left), (right, &condition.right)]
+            .iter()
+            .any(|(s, c)| s.schema.index_of_column(c).is_ok_and(|i| s.rowtime[i]));
+        let (ltime, rtime) = match times {
+            (Some(l), Some(r)) => (l, r),
+            // Neither side's time is bounded by a watermark: over bounded input this is a
+            // plain join, run once at the end.
+            _ if left.bounded && right.bounded && !judged => return Ok(None),
+            (None, _) => return Err(not_event_time(&condition.left)),
+            (_, None) => return Err(not_event_time(&condition.right)),
+        };
+        let (lower, upper) = bounds(&condition)?;
+        if !kind.pairs() {
+            return Err(not_supported!(
+                "EXISTS / IN with an interval condition (a semi or anti interval join); write it as an interval JOIN"
+            ));
+        }
+        let merged = DFSchemaRef::new(left.schema.join(&right.schema)?);
+        let filter = match &join.filter {
+            Some(f) => Some(self.physical(f, &merged)?),
+            None => None,
+        };
+        let spec = IntervalJoinSpec {
+            kind,
+            left: side(left, &keys.left, ltime),
+            right: side(right, &keys.right, rtime),
+            lower,
+            upper,
+            filter,
+            joined_schema: arrow_schema(&join.schema),
+            description: description(join, keys, &condition, (lower, upper)),
+        };
+        let stage = self.join_stage(left, right, keys, Arc::new(spec));
+        let columns = join.schema.fields().len();
+        Ok(Some(Stream {
+            stage,
+            schema: join.schema.clone(),
+            // Pairs carry times below the (held back) input watermark: no window or
+            // event-time column survives the join.
+            windows: vec![None; columns],
+            rowtime: vec![false; columns],
+            bounded: left.bounded && right.bounded,
+            unordered: true,
+        }))
+    }
+}
+
+fn side(s: &Stream, keys: &[Arc<dyn PhysicalExpr>], time: EventTimeColumn) -> IntervalSide {
+    IntervalSide {
+        schema: arrow_schema(&s.schema),
+        keys: keys.to_vec(),
+        time: time.index,
+        lag: time.lag,
+    }
+}
+
+/// Both bounds on `right - left`, or why the condition does not give them.
+fn bounds(c: &IntervalCondition) -> Result<(i64, i64)> {
+    let (Some(lower), Some(upper)) = (c.lower, c.upper) else {
+        if let Some(problem) = &c.problem {
+            return Err(not_supported!(
+                "interval join bounds must be constant intervals: {problem}"
+            ));
+        }
+        let missing = if c.lower.is_none() {
+            "a lower"
+        } else {
+            "an upper"
+        };
+        return Err(not_supported!(
+            "interval join of {} and {} without {missing} bound: a row would be kept forever; bound both sides, e.g. {} BETWEEN {} - INTERVAL '5' SECOND AND {} + INTERVAL '5' SECOND",
+            c.left, c.right, c.right, c.left, c.left
+        ));
+    };
+    if lower > upper {
+        return Err(invalid!(
+            "interval join: the interval is empty ({} - {} must be at least {} and at most {}), so nothing can match",
+            c.right,
+            c.left,
+            duration_text(lower),
+            duration_text(upper)
+        ));
+    }
+    Ok((lower, upper))
+}
+
+/// Nanoseconds as seconds (`-1.5s`, `10s`).
+fn duration_text(nanos: i64) -> String {
+    let seconds = nanos as f64 / 1e9;
+    format!("{seconds}s")
+}
+
+/// One line for EXPLAIN.
+fn description(
+    join: &Join,
+    keys: &JoinKeys,
+    c: &IntervalCondition,
+    (lower, upper): (i64, i64),
+) -> String {
+    format!(
+        "IntervalJoin ({}): on [{}], {} - {} in [{}, {}]{}",
+        join.join_type,
+        keys.text.join(", "),
+        c.right,
+        c.left,
+        duration_text(lower),
+        duration_text(upper),
+        join.filter
+            .as_ref()
+            .map(|f| format!(", filter {f}"))
+            .unwrap_or_default()
+    )
+}
