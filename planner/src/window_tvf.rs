@@ -128,7 +128,9 @@ impl Call<'_> {
         let mut next = 0;
         for a in self.args {
             let (slot, expr) = match a {
-                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if session && next >= params.len() => {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
+                    if session && next >= params.len() =>
+                {
                     keys.push(e);
                     continue;
                 }
@@ -284,13 +286,16 @@ impl Call<'_> {
     }
 
     /// SESSION's partition keys: the indices of the named columns of `table`.
-    fn partition_keys(&self, table: &str, schema: &Schema, keys: &[&SqlExpr]) -> Result<Vec<usize>> {
+    fn partition_keys(
+        &self,
+        table: &str,
+        schema: &Schema,
+        keys: &[&SqlExpr],
+    ) -> Result<Vec<usize>> {
         keys.iter()
             .map(|k| {
                 let name = ident_arg(k).ok_or_else(|| {
-                    invalid!(
-                        "SESSION: a partition key must be a column of {table}, got {k}"
-                    )
+                    invalid!("SESSION: a partition key must be a column of {table}, got {k}")
                 })?;
                 schema.index_of(&name).map_err(|_| {
                     invalid!("SESSION: table {table} has no column '{name}' to partition by")
