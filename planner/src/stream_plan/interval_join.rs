@@ -151,10 +151,13 @@ fn bounds(c: &IntervalCondition) -> Result<(i64, i64)> {
     Ok((lower, upper))
 }
 
-/// Nanoseconds as seconds (`-1.5s`, `10s`).
+/// Nanoseconds in the largest unit that shows them exactly (`-1500ms`, `10s`, `1ns`).
 fn duration_text(nanos: i64) -> String {
-    let seconds = nanos as f64 / 1e9;
-    format!("{seconds}s")
+    let units = [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")];
+    match units.iter().find(|(n, _)| nanos % n == 0) {
+        Some((n, unit)) => format!("{}{unit}", nanos / n),
+        None => format!("{nanos}ns"),
+    }
 }
 
 /// One line for EXPLAIN.
