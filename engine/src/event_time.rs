@@ -31,6 +31,7 @@ use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::error::{EngineError, Result};
+use crate::late_rows::{LateRows, BELOW_WATERMARK, NO_EVENT_TIME, WINDOW_CLOSED};
 use crate::message::{EventTime, WATERMARK_MIN};
 use crate::window::{WindowSpec, WINDOW_TIME_BEFORE_END};
 
@@ -47,6 +48,8 @@ pub struct EventTimeSpec {
     /// the watermark just before it. Set for a scan feeding an interval join, which then relies
     /// on every row after watermark W having a time `>= W`, judged per row as above.
     pub out_of_bound: Option<usize>,
+    /// Hand the late rows on ([`Assigned::late`]) to be kept as a table, not only counted.
+    pub keep_late: bool,
 }
 
 /// A processing-time column (`pt AS PROCTIME()`): the wall clock when the source read the row.
@@ -93,6 +96,9 @@ pub struct Assigned {
     pub batch: Option<RecordBatch>,
     /// Rows dropped as late.
     pub late_rows: u64,
+    /// With [`EventTimeSpec::keep_late`]: those rows (the table's columns), with the watermark
+    /// each missed and why ([`crate::late_rows::late_schema`]).
+    pub late: Option<RecordBatch>,
 }
 
 /// Running event-time state of one source partition.
@@ -155,13 +161,15 @@ impl EventTimeAssigner {
                 None => Ok(Assigned {
                     batch: Some(batch),
                     late_rows: 0,
+                    late: None,
                 }),
             };
         };
-        let (pairs, late_rows) = self.row_windows(window, &batch)?;
+        let (pairs, late_rows, late) = self.row_windows(window, &batch)?;
         Ok(Assigned {
             batch: windowed_batch(window, &batch, pairs)?,
             late_rows,
+            late: late.batch(&batch, batch.num_columns())?,
         })
     }
 
@@ -196,10 +204,15 @@ impl EventTimeAssigner {
     /// time is kept: it is no time at all, and matches nothing downstream).
     fn drop_out_of_bound(&self, batch: RecordBatch, column: usize) -> Result<Assigned> {
         let times = timestamps_as_nanos(batch.column(column))?;
+        let mut late = LateRows::default();
         let keep: BooleanArray = (0..times.len())
             .map(|i| {
                 let wm = self.row_watermarks.get(i).copied().unwrap_or(WATERMARK_MIN);
-                Some(times.is_null(i) || times.value(i) >= wm)
+                let kept = times.is_null(i) || times.value(i) >= wm;
+                if !kept && self.spec.keep_late {
+                    late.push(i, wm, BELOW_WATERMARK);
+                }
+                Some(kept)
             })
             .collect();
         let late_rows = keep.false_count() as u64;
@@ -207,12 +220,15 @@ impl EventTimeAssigner {
             return Ok(Assigned {
                 batch: Some(batch),
                 late_rows,
+                late: None,
             });
         }
+        let late = late.batch(&batch, batch.num_columns())?;
         let kept = filter_record_batch(&batch, &keep)?;
         Ok(Assigned {
             batch: (kept.num_rows() > 0).then_some(kept),
             late_rows,
+            late,
         })
     }
 
@@ -245,26 +261,35 @@ impl EventTimeAssigner {
         Ok(())
     }
 
-    /// The open windows of each row, as (row, window) pairs, and the count of late rows.
+    /// The open windows of each row, as (row, window) pairs, the count of late rows and, with
+    /// `keep_late`, which they are.
     ///
     /// The pairs come grouped by the window's rank among the row's windows (0: the latest).
     /// With rows in time order each rank's windows come in runs, so a hopping window's rows
     /// reach the aggregation as a few contiguous slices per window instead of interleaved
     /// (row 1 in windows a b c, row 2 in a b c, ...).
-    fn row_windows(&self, window: &WindowAssignment, batch: &RecordBatch) -> Result<(Bucket, u64)> {
+    fn row_windows(
+        &self,
+        window: &WindowAssignment,
+        batch: &RecordBatch,
+    ) -> Result<(Bucket, u64, LateRows)> {
         let times = timestamps_as_nanos(batch.column(window.time_column))?;
         let spec = window.spec;
         let mut buckets: Vec<Bucket> = vec![Bucket::with_capacity(batch.num_rows())];
         let mut late_rows = 0u64;
+        let mut late = LateRows::default();
         for i in 0..times.len() {
+            let wm = self.row_watermarks.get(i).copied().unwrap_or(WATERMARK_MIN);
             if times.is_null(i) {
                 // A row without event time belongs to no window; it is counted with the late
                 // rows so that it does not vanish unseen.
                 late_rows += 1;
+                if self.spec.keep_late {
+                    late.push(i, wm, NO_EVENT_TIME);
+                }
                 continue;
             }
             let t = times.value(i);
-            let wm = self.row_watermarks.get(i).copied().unwrap_or(WATERMARK_MIN);
             if let WindowSpec::Session { gap } = spec {
                 buckets[0].push(i as u32, wm, t.saturating_add(gap));
                 continue;
@@ -279,6 +304,9 @@ impl EventTimeAssigner {
             });
             if n == 0 && spec.covers(t) {
                 late_rows += 1;
+                if self.spec.keep_late {
+                    late.push(i, wm, WINDOW_CLOSED);
+                }
             }
         }
         let mut buckets = buckets.into_iter();
@@ -288,7 +316,7 @@ impl EventTimeAssigner {
             all.starts.extend(b.starts);
             all.ends.extend(b.ends);
         }
-        Ok((all, late_rows))
+        Ok((all, late_rows, late))
     }
 }
 
@@ -437,6 +465,7 @@ mod tests {
                 unused: vec![],
             }),
             out_of_bound: None,
+            keep_late: true,
         })
     }
 
@@ -458,6 +487,20 @@ mod tests {
             .values()
             .to_vec();
         assert_eq!(keys, vec![1, 2, 4]);
+        let late = out.late.expect("the late row is handed on");
+        assert_eq!(late.num_rows(), 1);
+        assert_eq!(
+            late.column(0)
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                .value(0),
+            3
+        );
+        let missed = timestamps_as_nanos(late.column(2)).unwrap();
+        assert_eq!(missed.value(0), 25 * S, "the watermark just before row 3");
+        assert_eq!(
+            late.column(3).as_string::<i32>().value(0),
+            crate::late_rows::WINDOW_CLOSED
+        );
 
         let mut split = windowed(WindowSpec::tumble(10 * S, 0).unwrap());
         let mut late = 0;
@@ -512,6 +555,7 @@ mod tests {
             window: None,
             proctime: None,
             out_of_bound: Some(1),
+            keep_late: false,
         };
         // Watermarks before each row: -inf, 5, 25, 25; rows 3 (t=12 < 25) and 4 (t=21) late.
         let rows = [(1, 5), (2, 25), (3, 12), (4, 21), (5, 25)];

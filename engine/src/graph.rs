@@ -142,6 +142,9 @@ pub struct Stage {
     pub source: Option<SourceStage>,
     pub inputs: Vec<StageInput>,
     pub chain: Vec<Arc<dyn OperatorFactory>>,
+    /// Where the rows this stage drops as late are written (`late_rows = 'name'`); `None`:
+    /// they are only counted. Checkpointed as the operator after the last of `chain`.
+    pub late_rows: Option<Arc<dyn OperatorFactory>>,
 }
 
 /// A whole job: stages in an order where every input comes before its consumer. The last stage
@@ -176,6 +179,9 @@ impl JobGraph {
                 ));
             }
             lines.push(head);
+            if let Some(late) = &stage.late_rows {
+                lines.push(format!("  (late rows) {}", late.describe()));
+            }
             for op in stage.chain.iter().rev() {
                 lines.push(format!("  {}", op.describe()));
             }

@@ -16,6 +16,7 @@ pub mod error;
 pub mod event_time;
 mod fault;
 pub mod graph;
+pub mod late_rows;
 pub mod message;
 pub mod metrics;
 pub mod operator;

@@ -11,6 +11,7 @@ use crate::message::EventTime;
 #[derive(Debug, Default)]
 pub struct Output {
     batches: Vec<RecordBatch>,
+    late: Vec<RecordBatch>,
 }
 
 impl Output {
@@ -24,6 +25,19 @@ impl Output {
     /// Take what was emitted so far.
     pub fn take(&mut self) -> Vec<RecordBatch> {
         std::mem::take(&mut self.batches)
+    }
+
+    /// Hand on rows dropped as late (built with [`crate::late_rows::LateRows`]): the runtime
+    /// writes them to the stage's late-rows table, if the job keeps one.
+    pub fn emit_late(&mut self, batch: RecordBatch) {
+        if batch.num_rows() > 0 {
+            self.late.push(batch);
+        }
+    }
+
+    /// Take the late rows emitted so far.
+    pub fn take_late(&mut self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.late)
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::Expr;
+use weir_connectors::sinks::LateRowsTable;
 use weir_connectors::Options;
 use weir_engine::SourceFactory;
 
@@ -33,6 +34,10 @@ pub struct TableDef {
     pub proctime: Option<usize>,
     pub options: Options,
     pub source: Arc<dyn SourceFactory>,
+    /// `late_rows = 'name'`: where the rows dropped as late from this table are kept.
+    pub late_rows: Option<LateRowsTable>,
+    /// For a late-rows table: the table whose late rows it holds.
+    pub late_rows_of: Option<String>,
     /// The CREATE statement, replayed on restart (empty for a materialized view, which its
     /// job registers).
     pub ddl: String,

@@ -28,6 +28,8 @@ use weir_engine::operators::{
 };
 use weir_engine::{JobGraph, OperatorFactory, Partitioning, Stage, StageInput};
 
+use weir_connectors::sinks::LateRowsTable;
+
 use crate::catalog::Catalog;
 use crate::context::StreamTableSource;
 use crate::error::{PlanError, Result};
@@ -75,6 +77,11 @@ pub struct StreamPlanner<'a> {
     judged: std::collections::HashSet<usize>,
     /// Columns some scan of each source reads (`None`: all of them).
     read: HashMap<String, Option<std::collections::BTreeSet<usize>>>,
+    /// Stages that drop late rows of a table with `late_rows`, and where they go.
+    late: std::collections::BTreeMap<usize, LateRowsTable>,
+    /// Late rows wait for the checkpoint that covers them (exactly-once jobs); otherwise
+    /// they are visible at once.
+    late_staged: bool,
 }
 
 fn arrow_schema(schema: &DFSchemaRef) -> SchemaRef {
@@ -101,7 +108,16 @@ impl<'a> StreamPlanner<'a> {
             shared: HashMap::new(),
             judged: Default::default(),
             read: HashMap::new(),
+            late: Default::default(),
+            late_staged: false,
         }
+    }
+
+    /// A durable job with this delivery: with exactly-once, its late rows become visible with
+    /// the checkpoint that covers them.
+    pub fn with_delivery(mut self, exactly_once: bool) -> Self {
+        self.late_staged = exactly_once;
+        self
     }
 
     /// Plans stages that do not depend on the parallelism (see `fixed_shape`).
@@ -127,6 +143,11 @@ impl<'a> StreamPlanner<'a> {
     /// The job graph with `sink` at the end of `stage`.
     fn with_sink(mut self, name: &str, stage: usize, sink: Arc<dyn OperatorFactory>) -> JobGraph {
         self.stages[stage].chain.push(sink);
+        for (&si, table) in &self.late {
+            if let Some(s) = self.stages.get_mut(si) {
+                s.late_rows = Some(Arc::new(table.writer(name, si, self.late_staged)));
+            }
+        }
         JobGraph {
             name: name.to_string(),
             stages: self.stages,
@@ -199,6 +220,7 @@ impl<'a> StreamPlanner<'a> {
                 partitioning: Partitioning::Single,
             }],
             chain: Vec::new(),
+            late_rows: None,
         });
         Stream {
             stage: self.stages.len() - 1,

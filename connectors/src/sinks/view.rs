@@ -237,26 +237,41 @@ impl SourceFactory for ViewSourceFactory {
         _task: &TaskInfo,
         position: Option<&[u8]>,
     ) -> EngineResult<Box<dyn SourceReader>> {
-        let skip = position
-            .and_then(|p| p.try_into().ok())
-            .map_or(0, u64::from_be_bytes) as usize;
-        let mut batches = committed_batches(&self.dir)?;
-        batches.drain(..skip.min(batches.len()));
-        Ok(Box::new(ViewReader {
-            schema: Arc::clone(&self.schema),
-            batches: batches.into_iter(),
-            read: skip as u64,
-        }))
+        Ok(Box::new(BatchReader::new(
+            Arc::clone(&self.schema),
+            committed_batches(&self.dir)?,
+            position,
+        )))
     }
 }
 
-struct ViewReader {
+/// Reads batches read from a store as a bounded source; its position is how many it read.
+pub(crate) struct BatchReader {
     schema: SchemaRef,
     batches: std::vec::IntoIter<RecordBatch>,
     read: u64,
 }
 
-impl SourceReader for ViewReader {
+impl BatchReader {
+    /// Reads `batches`, from `position` (a count of batches already read) on.
+    pub(crate) fn new(
+        schema: SchemaRef,
+        mut batches: Vec<RecordBatch>,
+        position: Option<&[u8]>,
+    ) -> Self {
+        let skip = position
+            .and_then(|p| p.try_into().ok())
+            .map_or(0, u64::from_be_bytes) as usize;
+        batches.drain(..skip.min(batches.len()));
+        Self {
+            schema,
+            batches: batches.into_iter(),
+            read: skip as u64,
+        }
+    }
+}
+
+impl SourceReader for BatchReader {
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }

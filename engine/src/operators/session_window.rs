@@ -41,6 +41,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::error::{EngineError, Result};
 use crate::event_time::timestamps_as_nanos;
 use crate::graph::{OperatorFactory, TaskInfo};
+use crate::late_rows::{LateRows, SESSION_CLOSED};
 use crate::message::EventTime;
 use crate::metrics::JobMetrics;
 use crate::operator::{Operator, Output};
@@ -67,6 +68,8 @@ pub struct SessionWindowSpec {
     pub window_start: usize,
     pub window_end: usize,
     pub window_time: usize,
+    /// Emit the late rows (the table's columns, before `window_start`) to be kept as a table.
+    pub keep_late: bool,
     pub description: String,
 }
 
@@ -199,7 +202,7 @@ impl SessionWindowOperator {
 
     /// Places waiting rows into sessions (or drops them as late), in increasing `W_r`, then
     /// decreasing event time.
-    fn place(&mut self, rows: &RecordBatch) -> Result<()> {
+    fn place(&mut self, rows: &RecordBatch, out: &mut Output) -> Result<()> {
         let r = self.read(rows)?;
         let mut order: Vec<usize> = (0..rows.num_rows()).collect();
         order.sort_by(|&a, &b| {
@@ -208,6 +211,7 @@ impl SessionWindowOperator {
         });
         let gap = self.spec.gap;
         let mut late = 0u64;
+        let mut kept = LateRows::default();
         let mut placed = Vec::with_capacity(order.len());
         for i in order {
             let sessions = self.sessions.entry(r.keys[i].clone()).or_default();
@@ -215,6 +219,9 @@ impl SessionWindowOperator {
                 placed.push(i);
             } else {
                 late += 1;
+                if self.spec.keep_late {
+                    kept.push(i, r.watermarks[i], SESSION_CLOSED);
+                }
                 if sessions.is_empty() {
                     self.sessions.remove(&r.keys[i]);
                 }
@@ -222,6 +229,14 @@ impl SessionWindowOperator {
         }
         if late > 0 {
             self.metrics.add_late_rows(late);
+        }
+        if !kept.is_empty() {
+            // The part is `keys ++ row`; the table's columns come before window_start.
+            let n = self.n_keys();
+            let own: Vec<usize> = (n..n + self.spec.window_start).collect();
+            if let Some(b) = kept.batch(&rows.project(&own)?, own.len())? {
+                out.emit_late(b);
+            }
         }
         let mut by_end: BTreeMap<EventTime, Vec<u32>> = BTreeMap::new();
         placed.sort_unstable();
@@ -396,7 +411,7 @@ impl Operator for SessionWindowOperator {
         // new ends add buckets, always after the one being handled.
         while let Some(end) = self.windows.first_ready(watermark) {
             if let Some(rows) = self.take_rows(PENDING, end)? {
-                self.place(&rows)?;
+                self.place(&rows, out)?;
             }
             if let Some(rows) = self.take_rows(HELD, end)? {
                 self.fire(end, &rows, out)?;

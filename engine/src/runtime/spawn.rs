@@ -137,6 +137,7 @@ fn committers(graph: &JobGraph) -> Committers {
         .flat_map(|(si, s)| {
             s.chain
                 .iter()
+                .chain(s.late_rows.as_ref())
                 .enumerate()
                 .filter_map(move |(oi, f)| f.committer().map(|c| ((si, oi), c)))
         })
@@ -349,7 +350,16 @@ impl Launch<'_> {
                 f.create(&op_info)
             })
             .collect::<Result<Vec<_>>>()?;
-        let chain = Chain::new(ops);
+        let late = stage
+            .late_rows
+            .as_ref()
+            .map(|f| {
+                let mut op_info = info.clone();
+                op_info.state = StateHandle::new(Arc::clone(&task_state), ops.len() as u8);
+                f.create(&op_info)
+            })
+            .transpose()?;
+        let chain = Chain::new(ops).with_late_rows(late);
         let shared = Arc::clone(self.shared);
         let location = format!("stage {si} ({}), instance {instance}", stage.name);
         let checkpoint = self.job_dir.map(|dir| TaskCheckpoint {

@@ -183,6 +183,7 @@ mod tests {
             window: None,
             proctime: None,
             out_of_bound: None,
+            keep_late: false,
         }
     }
 
@@ -284,6 +285,7 @@ mod tests {
                 watermark: true,
             }),
             out_of_bound: None,
+            keep_late: false,
         };
         let now = Instant::now();
         let mut clock = SplitClock::new(spec, None);

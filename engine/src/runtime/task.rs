@@ -191,6 +191,9 @@ pub fn run_source_task(
                 if assigned.late_rows > 0 {
                     info.metrics.add_late_rows(assigned.late_rows);
                 }
+                if let Some(late) = assigned.late {
+                    chain.late(vec![late])?;
+                }
                 if let Some(batch) = assigned.batch {
                     let out = chain.process(batch, 0)?;
                     outlets.batches(out)?;

@@ -6,7 +6,9 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use datafusion::common::DFSchema;
 use datafusion::sql::planner::SqlToRel;
 use datafusion::sql::sqlparser::ast::Ident;
+use weir_connectors::sinks::late_rows::LATE_COLUMNS;
 use weir_connectors::sinks::postgres::PostgresTable;
+use weir_connectors::sinks::LateRowsTable;
 use weir_connectors::{create_source, Options};
 use weir_engine::SourceFactory;
 
@@ -97,6 +99,7 @@ impl Session {
             self.config.base_dir.as_deref(),
             self.config.file_root.as_deref(),
         )?;
+        let late_name = self.take_late_rows_option(&name, &mut pairs, watermark.is_some())?;
         let options = Options::new(pairs);
         if options.get("connector").is_none() {
             return Err(invalid!(
@@ -117,6 +120,33 @@ impl Session {
                 ));
             }
         }
+        let late_rows = match &late_name {
+            Some((late, _)) => Some(self.late_rows_table(&name, late, &schema)?),
+            None => None,
+        };
+        let ddl = match &late_name {
+            // From the session's default: recorded in the DDL, so a restart keeps it.
+            Some((late, true)) => with_option(text.trim(), "late_rows", late)?,
+            _ => text.trim().to_string(),
+        };
+        if let Some(old) = self.catalog.get(&name).and_then(|t| t.late_rows.clone()) {
+            if late_rows.as_ref().is_none_or(|l| l.name != old.name) {
+                self.catalog.remove(&old.name)?;
+            }
+        }
+        if let Some(late) = &late_rows {
+            self.catalog.insert(TableDef {
+                name: late.name.clone(),
+                schema: Arc::clone(&late.schema),
+                watermark: None,
+                proctime: None,
+                options: Options::new([("connector".to_string(), "late rows".to_string())]),
+                source: Arc::new(late.source()),
+                late_rows: None,
+                late_rows_of: Some(name.clone()),
+                ddl: String::new(),
+            })?;
+        }
         self.catalog.insert(TableDef {
             name,
             schema,
@@ -124,9 +154,90 @@ impl Session {
             proctime,
             options,
             source,
-            ddl: text.trim().to_string(),
+            late_rows,
+            late_rows_of: None,
+            ddl,
         })?;
         Ok(StatementResult::Command("CREATE TABLE".into()))
+    }
+
+    /// Takes `late_rows` out of a CREATE TABLE's options (connectors do not know it), or
+    /// applies the session's default to a table with a WATERMARK. Returns the late-rows
+    /// table's name and whether it came from the default.
+    fn take_late_rows_option(
+        &self,
+        table: &str,
+        pairs: &mut Vec<(String, String)>,
+        has_watermark: bool,
+    ) -> Result<Option<(String, bool)>> {
+        let mut given = None;
+        pairs.retain(|(k, v)| {
+            let late = k.eq_ignore_ascii_case("late_rows");
+            if late {
+                given = Some(v.trim().to_string());
+            }
+            !late
+        });
+        let (name, from_default) = match given {
+            Some(v) if v.is_empty() => return Ok(None),
+            Some(v) => (crate::sql::normalize(&Ident::new(v)), false),
+            None => match (&self.config.late_rows, has_watermark) {
+                (Some(template), true) => (late_rows_name(template, table), true),
+                _ => return Ok(None),
+            },
+        };
+        check_late_rows_name(&name).map_err(|e| invalid!("table {table}: late_rows: {e}"))?;
+        if name == table {
+            return Err(invalid!(
+                "table {table}: late_rows names the table itself; name another table"
+            ));
+        }
+        match self.catalog.get(&name) {
+            Some(t) if t.late_rows_of.as_deref() == Some(table) => {}
+            Some(t) => {
+                return Err(invalid!(
+                    "table {table}: late_rows = '{name}', but {name} already exists{}",
+                    t.late_rows_of
+                        .as_ref()
+                        .map(|o| format!(" (it keeps the late rows of table {o})"))
+                        .unwrap_or_default()
+                ))
+            }
+            None => {}
+        }
+        Ok(Some((name, from_default)))
+    }
+
+    /// The late-rows table `late` of `table`: under the data directory, in memory without one.
+    fn late_rows_table(
+        &self,
+        table: &str,
+        late: &str,
+        schema: &SchemaRef,
+    ) -> Result<LateRowsTable> {
+        for c in LATE_COLUMNS {
+            if schema.field_with_name(c).is_ok() {
+                return Err(invalid!(
+                    "table {table}: late_rows adds a column {c}, and the table has one already"
+                ));
+            }
+        }
+        let dir = self
+            .config
+            .data_dir
+            .clone()
+            .or_else(|| self.view_data_dir.clone())
+            .map(|d| d.join("late_rows").join(late));
+        // Planned again (a restart, a recorded job): the rows are where they were.
+        if let Some(existing) = self
+            .catalog
+            .get(table)
+            .and_then(|t| t.late_rows.as_ref())
+            .filter(|l| l.name == late && dir.is_none())
+        {
+            return Ok(existing.clone());
+        }
+        Ok(LateRowsTable::new(late, table, schema, dir))
     }
     /// `WATERMARK FOR column AS expr`, checked against the table's columns.
     fn table_watermark(
@@ -220,4 +331,36 @@ fn table_source(
     Ok(Arc::new(PostgresTable::from_options(
         name, schema, options,
     )?))
+}
+
+/// The late-rows table a `SET late_rows` template gives `table`.
+pub(super) fn late_rows_name(template: &str, table: &str) -> String {
+    template.replace("{table}", table).to_ascii_lowercase()
+}
+
+/// A late-rows table's name must be a plain identifier (it names a directory).
+pub(super) fn check_late_rows_name(name: &str) -> std::result::Result<(), String> {
+    let mut chars = name.chars();
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{name}' is not a plain name (letters, digits and _; it names a directory)"
+        ))
+    }
+}
+
+/// `ddl` (a CREATE TABLE ending in its WITH list) with `key = 'value'` added to that list.
+fn with_option(ddl: &str, key: &str, value: &str) -> Result<String> {
+    let body = ddl.trim_end().trim_end_matches(';').trim_end();
+    let Some(open) = body.strip_suffix(')') else {
+        return Err(PlanError::Internal(format!(
+            "CREATE TABLE does not end with its WITH list: {ddl}"
+        )));
+    };
+    Ok(format!("{open}, {key} = '{value}')"))
 }

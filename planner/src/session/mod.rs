@@ -57,6 +57,9 @@ pub struct SessionConfig {
     pub memory_budget: usize,
     /// `idle_timeout` of sources whose table sets none.
     pub idle_timeout: Option<Duration>,
+    /// `late_rows` of tables created from now on that set none (`{table}` stands for the
+    /// table's name).
+    pub late_rows: Option<String>,
     /// When set, `path` options must lead inside this directory (wire sessions).
     pub file_root: Option<PathBuf>,
     /// PostgreSQL session parameters set by the client (`SET application_name = ...`).
@@ -75,6 +78,7 @@ impl Default for SessionConfig {
             resume_parallelism: None,
             memory_budget: weir_engine::runtime::DEFAULT_MEMORY_BUDGET,
             idle_timeout: None,
+            late_rows: None,
             file_root: None,
             client_params: BTreeMap::new(),
         }
@@ -258,8 +262,18 @@ impl Session {
             } => {
                 for name in &names {
                     let name = object_name(name)?;
+                    if let Some(of) = self.catalog.get(&name).and_then(|t| t.late_rows_of.clone()) {
+                        return Err(invalid!(
+                            "{name} keeps the late rows of table {of}: it goes with DROP TABLE {of}, or CREATE OR REPLACE TABLE {of} without late_rows"
+                        ));
+                    }
+                    let late = self.catalog.get(&name).and_then(|t| t.late_rows.clone());
                     if !self.catalog.remove(&name)? && !if_exists {
                         return Err(PlanError::UnknownTable(name));
+                    }
+                    if let Some(late) = late {
+                        // The rows stay on disk until a table keeps late rows there again.
+                        self.catalog.remove(&late.name)?;
                     }
                 }
                 Ok(StatementResult::Command("DROP TABLE".into()))

@@ -176,6 +176,14 @@ impl Session {
                     .map_or_else(|| "off".to_string(), format_duration),
                 "default idle_timeout of sources whose table sets none: a partition silent that long stops holding the watermark back (liveness over determinism); off: never",
             ),
+            (
+                "late_rows",
+                self.config
+                    .late_rows
+                    .clone()
+                    .unwrap_or_else(|| "off".to_string()),
+                "late_rows of tables with a WATERMARK created from now on that set none ({table} stands for the table's name, e.g. '{table}_late'): their late rows are kept as that table; off: only counted",
+            ),
         ]
     }
 
@@ -213,6 +221,19 @@ impl Session {
                 } else {
                     Some(parse_duration(value)?)
                 };
+                Ok(())
+            }
+            "late_rows" => {
+                let v = value.trim().trim_matches('\'').trim();
+                self.config.late_rows =
+                    if v.is_empty() || ["off", "none"].contains(&v.to_ascii_lowercase().as_str()) {
+                        None
+                    } else {
+                        let example = super::ddl::late_rows_name(v, "t");
+                        super::ddl::check_late_rows_name(&example)
+                            .map_err(|e| invalid!("SET late_rows = '{v}': {e}"))?;
+                        Some(v.to_string())
+                    };
                 Ok(())
             }
             "checkpoints_retained" => {

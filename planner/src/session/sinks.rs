@@ -209,7 +209,8 @@ impl Session {
             self.state.execution_props(),
             settings.parallelism,
         )
-        .with_fixed_shape();
+        .with_fixed_shape()
+        .with_delivery(settings.exactly_once);
         // A view's rows go through one writer; file and PostgreSQL sinks write from every
         // instance of the last stage.
         let graph = if view {
@@ -310,6 +311,8 @@ impl Session {
             proctime: None,
             options: Options::new([("connector".to_string(), "materialized view".to_string())]),
             source,
+            late_rows: None,
+            late_rows_of: None,
             ddl: String::new(),
         })
     }

@@ -216,6 +216,7 @@ impl StreamPlanner<'_> {
                 },
             }],
             chain: vec![],
+            late_rows: None,
         });
         self.stages.len() - 1
     }

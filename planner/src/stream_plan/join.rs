@@ -173,6 +173,7 @@ impl StreamPlanner<'_> {
             source: None,
             inputs,
             chain: vec![spec],
+            late_rows: None,
         });
         self.stages.len() - 1
     }

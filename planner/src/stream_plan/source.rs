@@ -130,6 +130,7 @@ impl StreamPlanner<'_> {
                 let mut stream = self.plan_source_stage(source, judged)?;
                 // Planned again only for its schema and lineage; the stage is dropped.
                 self.stages.pop();
+                self.late.remove(&self.stages.len());
                 stream.stage = stage;
                 stream
             }
@@ -152,6 +153,7 @@ impl StreamPlanner<'_> {
                 partitioning: Partitioning::Forward,
             }],
             chain: vec![],
+            late_rows: None,
         });
         Ok(Stream {
             stage: self.stages.len() - 1,
@@ -172,6 +174,10 @@ impl StreamPlanner<'_> {
             return Err(PlanError::Internal("not a SESSION window".into()));
         };
         let columns = source.schema.fields().len() - WINDOW_COLUMNS.len();
+        let late_rows = self
+            .catalog
+            .get(&window.table)
+            .and_then(|t| t.late_rows.clone());
         let input_schema = self
             .window_assignment(source, window, columns)
             .output_schema;
@@ -190,10 +196,14 @@ impl StreamPlanner<'_> {
             window_start: columns,
             window_end: columns + 1,
             window_time: columns + 2,
+            keep_late: late_rows.is_some(),
             description: format!("SessionWindow: {}", window.text),
         };
         let stage = self.keyed_stage(&stream, keys, None, &input_schema, "session");
         self.stages[stage].chain.push(Arc::new(spec));
+        if let Some(table) = late_rows {
+            self.late.insert(stage, table);
+        }
         Ok(Stream {
             stage,
             rowtime: vec![false; stream.rowtime.len()],
@@ -263,6 +273,14 @@ impl StreamPlanner<'_> {
             .collect();
         let bounded = def.source.is_bounded();
         let partitions = self.source_parallelism(def)?;
+        // Rows are judged late here only by a window assigner or for an interval join.
+        let late_rows = def
+            .late_rows
+            .clone()
+            .filter(|_| assignment.is_some() || out_of_bound.is_some());
+        if let Some(table) = &late_rows {
+            self.late.insert(self.stages.len(), table.clone());
+        }
         self.stages.push(Stage {
             name: format!("source {table}"),
             parallelism: partitions,
@@ -273,11 +291,13 @@ impl StreamPlanner<'_> {
                     window: assignment,
                     proctime,
                     out_of_bound,
+                    keep_late: late_rows.is_some(),
                 },
                 event_time_text: text,
             }),
             inputs: vec![],
             chain: vec![],
+            late_rows: None,
         });
         Ok(Stream {
             stage: self.stages.len() - 1,
@@ -327,7 +347,17 @@ impl StreamPlanner<'_> {
     ) -> WindowAssignment {
         // window_time (after window_start and window_end) is left out when nobody reads it.
         let window_time = columns + 2;
+        // The session operator judges lateness: the late rows it keeps need every column.
+        let keeps_late = matches!(window.spec, WindowSpec::Session { .. })
+            && self
+                .catalog
+                .get(&window.table)
+                .is_some_and(|t| t.late_rows.is_some());
         let unused: Vec<usize> = match self.read.get(&source_key(source, false)) {
+            Some(Some(read)) if keeps_late => (!read.contains(&window_time))
+                .then_some(window_time)
+                .into_iter()
+                .collect(),
             Some(Some(read)) => (0..columns)
                 .filter(|i| !read.contains(i) && !window.partition.contains(i))
                 .chain((!read.contains(&window_time)).then_some(window_time))

@@ -76,6 +76,7 @@ impl StreamPlanner<'_> {
             source: None,
             inputs: stage_inputs,
             chain: Vec::new(),
+            late_rows: None,
         });
         Ok(Stream {
             stage: self.stages.len() - 1,

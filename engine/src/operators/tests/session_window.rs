@@ -61,6 +61,7 @@ fn session(keyed: bool) -> OperatorUnderTest {
         window_start: 2,
         window_end: 3,
         window_time: 4,
+        keep_late: false,
         description: String::new(),
     };
     let routing = if keyed {
