@@ -133,7 +133,7 @@ fn reference_sql(w: &Windows) -> (String, String) {
                        SELECT *, {bin} AS window_start, {bin} + INTERVAL '{size} seconds' AS window_end FROM ref)
                      WHERE window_end > wprev GROUP BY window_start, window_end, k"
                 ),
-                format!("SELECT count(*) FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
+                format!("SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
             )
         }
         Windows::Hop { slide, size } => {
@@ -155,7 +155,7 @@ fn reference_sql(w: &Windows) -> (String, String) {
                     expanded.join(" UNION ALL ")
                 ),
                 // late: even the latest window of the row had closed
-                format!("SELECT count(*) FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
+                format!("SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
             )
         }
         Windows::Cumulate { step, size, offset } => {
@@ -178,7 +178,7 @@ fn reference_sql(w: &Windows) -> (String, String) {
                     expanded.join(" UNION ALL ")
                 ),
                 // late: the period's last window had closed
-                format!("SELECT count(*) FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
+                format!("SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
             )
         }
     }
@@ -242,7 +242,8 @@ fn batch_sql(tables: &[(&str, &str)], last: Field, sql: &str) -> Vec<Vec<String>
     })
 }
 
-/// Runs the weir query over table `t`; returns sorted rows and the late-row count.
+/// Runs the weir query over table `t`; returns sorted rows and the late rows (`id`, the
+/// watermark they missed in ms), sorted.
 fn weir_run(
     data_path: &str,
     bound_ms: i64,
@@ -250,7 +251,7 @@ fn weir_run(
     parallelism: usize,
     sql: &str,
     memory_budget: Option<&str>,
-) -> (Vec<Vec<String>>, u64) {
+) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
     weir_run_tables(
         &[("t", data_path)],
         bound_ms,
@@ -261,7 +262,10 @@ fn weir_run(
     )
 }
 
-/// Runs the weir query over tables `(name, files)` of the random rows' columns.
+/// Runs the weir query over tables `(name, files)` of the random rows' columns, each keeping
+/// its late rows in `<name>_late`. Returns the sorted rows and the late rows of every table
+/// (`id`, the watermark they missed in ms), sorted; checks that they are all the late rows the
+/// job counted.
 fn weir_run_tables(
     tables: &[(&str, &str)],
     bound_ms: i64,
@@ -269,7 +273,7 @@ fn weir_run_tables(
     parallelism: usize,
     sql: &str,
     memory_budget: Option<&str>,
-) -> (Vec<Vec<String>>, u64) {
+) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
     let mut s = session(parallelism);
     if let Some(b) = memory_budget {
         execute(&mut s, &format!("SET memory_budget = '{b}'")).unwrap();
@@ -278,7 +282,8 @@ fn weir_run_tables(
         let ddl = format!(
             "CREATE TABLE {name} (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
                WATERMARK FOR ts AS ts - INTERVAL '{bound_ms}' MILLISECOND)
-             WITH (connector = 'file', path = '{data_path}', header = 'true', batch_size = '{batch_size}')"
+             WITH (connector = 'file', path = '{data_path}', header = 'true', batch_size = '{batch_size}',
+                   late_rows = '{name}_late')"
         );
         assert!(matches!(execute(&mut s, &ddl).unwrap(), Collected::Command));
     }
@@ -292,7 +297,32 @@ fn weir_run_tables(
     let (batches, metrics) = run.collect().unwrap();
     let mut rows = text_rows(&batches);
     rows.sort();
-    (rows, metrics.late_rows)
+    let mut late = Vec::new();
+    for (name, _) in tables {
+        let sql = format!("SELECT id, CAST(late_watermark AS BIGINT) / 1000000 FROM {name}_late");
+        let Collected::Rows(_, batches) = execute(&mut s, &sql).unwrap() else {
+            panic!("{sql}: no rows")
+        };
+        late.extend(text_rows(&batches));
+    }
+    late.sort();
+    assert_eq!(
+        late.len() as u64,
+        metrics.late_rows,
+        "every late row the job counted is in the late tables"
+    );
+    (rows, late)
+}
+
+/// Late rows `(id, watermark in ms)` as text rows, sorted, for comparing with weir's.
+fn late_text(mut late: Vec<(usize, i64)>) -> Vec<Vec<String>> {
+    late.sort();
+    let mut rows: Vec<Vec<String>> = late
+        .into_iter()
+        .map(|(id, w)| vec![id.to_string(), w.to_string()])
+        .collect();
+    rows.sort();
+    rows
 }
 
 fn check(seed: u64, windows: Windows) {
@@ -301,11 +331,11 @@ fn check(seed: u64, windows: Windows) {
 }
 
 /// Runs `weir_sql` on random rows and compares it with `ref_sql` (and the late rows with
-/// `late_sql`) run by DataFusion over the same rows with each row's preceding watermark.
+/// `late_sql`, which gives each late row's id and its watermark in ms) run by DataFusion over the same rows with each row's preceding watermark.
 fn check_sql(seed: u64, weir_sql: &str, ref_sql: &str, late_sql: &str) {
     check_against(seed, None, weir_sql, |_, reference, _| {
         let rows = batch_reference(reference, ref_sql);
-        let late = batch_reference(reference, late_sql)[0][0].parse().unwrap();
+        let late = batch_reference(reference, late_sql);
         (rows, late)
     });
 }
@@ -318,7 +348,7 @@ fn check_against(
     seed: u64,
     watermark: Option<i64>,
     weir_sql: &str,
-    reference: impl FnOnce(&[Vec<Row>], &str, i64) -> (Vec<Vec<String>>, u64),
+    reference: impl FnOnce(&[Vec<Row>], &str, i64) -> (Vec<Vec<String>>, Vec<Vec<String>>),
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
     let coarse = rng.gen_bool(0.5);
@@ -353,7 +383,7 @@ fn check_against(
     );
     assert_eq!(
         late, expected_late,
-        "seed {seed}: late rows ({parts} partitions)"
+        "seed {seed}: late rows (id, watermark missed) in the late table ({parts} partitions)"
     );
 }
 
@@ -408,7 +438,7 @@ fn top_n_matches_batch_sql() {
             seed,
             &rank(&format!("TUMBLE(t, ts, INTERVAL '{size}' SECOND)"), ""),
             &rank(&windows, ", id"),
-            &format!("SELECT count(*) FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
+            &format!("SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
         );
     }
 }
@@ -483,7 +513,11 @@ fn union_all_matches_batch_sql() {
             actual, expected,
             "seed {seed}: batch_size {batch_size}, parallelism {parallelism}, budget {budget:?}"
         );
-        assert_eq!(late.to_string(), expected_late, "seed {seed}: late rows");
+        assert_eq!(
+            late.len().to_string(),
+            expected_late,
+            "seed {seed}: late rows"
+        );
     }
 }
 
@@ -524,7 +558,7 @@ fn disorder_within_bound_equals_sorted_input() {
     let (sorted_path, _) = write_files(&sorted_dir, &sorted, bound_ms);
     let (shuffled_path, _) = write_files(&shuffled_dir, &shuffled, bound_ms);
     let (expected, late) = weir_run(&sorted_path, bound_ms, 8192, 1, &sql, None);
-    assert_eq!(late, 0);
+    assert!(late.is_empty());
     for (batch_size, parallelism) in [(1, 1), (13, 2), (500, 4), (8192, 3)] {
         let (actual, late) = weir_run(
             &shuffled_path,
@@ -534,8 +568,8 @@ fn disorder_within_bound_equals_sorted_input() {
             &sql,
             None,
         );
-        assert_eq!(
-            late, 0,
+        assert!(
+            late.is_empty(),
             "batch_size {batch_size}, parallelism {parallelism}"
         );
         assert_eq!(

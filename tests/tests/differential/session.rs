@@ -18,14 +18,14 @@ struct Open {
 }
 
 /// The reference's session of each row that is not late (a number per session), and the late
-/// count. Rows are judged at their partition's watermark before them; a row joins the open
+/// rows (id, the watermark they missed). Rows are judged at their partition's watermark before them; a row joins the open
 /// sessions of its key it overlaps or touches, or opens one unless its own window has ended.
 fn assign_sessions(
     partitions: &[Vec<Row>],
     bound_ms: i64,
     gap_ms: i64,
     keyed: bool,
-) -> (HashMap<usize, usize>, u64) {
+) -> (HashMap<usize, usize>, Vec<(usize, i64)>) {
     let mut judged: Vec<(i64, i64, &Row)> = Vec::new();
     for rows in partitions {
         let mut watermark = i64::MIN;
@@ -37,7 +37,7 @@ fn assign_sessions(
     judged.sort_by_key(|&(w, t, r)| (w, std::cmp::Reverse(t), r.id));
     let mut open: HashMap<String, Vec<Open>> = HashMap::new();
     let mut fired: Vec<Vec<usize>> = Vec::new();
-    let mut late = 0;
+    let mut late = Vec::new();
     let mut fire = |open: &mut HashMap<String, Vec<Open>>, watermark: i64| {
         for sessions in open.values_mut() {
             let (done, kept): (Vec<Open>, Vec<Open>) =
@@ -55,7 +55,7 @@ fn assign_sessions(
             .partition(|s| s.start <= t + gap_ms && s.end >= t);
         *sessions = rest;
         if touched.is_empty() && t + gap_ms <= watermark {
-            late += 1;
+            late.push((row.id, watermark));
             continue;
         }
         let mut merged = Open {
@@ -139,7 +139,7 @@ fn session_matches_replayed_sessions_aggregated_by_batch_sql() {
                 let path = write_sessions(ref_dir, partitions, &of_row);
                 (
                     session_batch(&path, &session_reference_sql(gap_ms, keyed)),
-                    late,
+                    late_text(late),
                 )
             },
         );
@@ -167,7 +167,7 @@ fn session_without_early_firing_is_gaps_and_islands() {
             seed,
             Some(day_ms),
             &session_weir_sql(gap_ms, true),
-            |_, ref_dir, _| (batch_reference(ref_dir, &islands), 0),
+            |_, ref_dir, _| (batch_reference(ref_dir, &islands), Vec::new()),
         );
     }
 }
