@@ -7,7 +7,9 @@
 //!   1: output equal to the .slt golden.
 //! - 1,000,000 out-of-order rows with late ones, at least 20 kills: exactly-once output equals
 //!   DataFusion batch SQL over the same rows (late rows removed by a plain replay) as a
-//!   multiset; at-least-once output counts every row in some result of its window.
+//!   multiset; at-least-once output counts every row in some result of its window. The table
+//!   keeps its late rows (`late_rows`): exactly-once, each late row is in the late table once,
+//!   with the watermark it missed; at-least-once, each is there at least once.
 
 mod common;
 
@@ -18,8 +20,8 @@ use std::path::{Path, PathBuf};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use common::process::{committed_lines, kill_and_resume};
-use common::reference::{reference_rows, write_input};
+use common::process::{committed_lines, kill_and_resume, weir_binary};
+use common::reference::{late_reference, reference_rows, write_input};
 
 fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
@@ -199,22 +201,25 @@ fn every_windowed_slt_query_survives_kills_and_rescaling() {
 
 const ROWS: usize = 1_000_000;
 
+/// What a run of the big job left: its committed output and late rows, each sorted.
+struct Run {
+    lines: Vec<String>,
+    /// `id,<watermark missed in ms>` of every row in the late table.
+    late: Vec<String>,
+    killed: usize,
+}
+
 /// Runs the sink job over the big input with `kills` SIGKILLs at random moments, resuming at
-/// random parallelism; returns the committed lines (sorted) and how many kills hit a running
-/// job.
-fn run_with_kills(
-    work: &Path,
-    events: &Path,
-    delivery: &str,
-    kills: usize,
-) -> (Vec<String>, usize) {
+/// random parallelism; returns the committed lines, the late table's rows and how many kills
+/// hit a running job.
+fn run_with_kills(work: &Path, events: &Path, delivery: &str, kills: usize) -> Run {
     let data = work.join("data");
     let out = work.join("out");
     let script = format!(
         "CREATE TABLE events (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
            WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
          WITH (connector = 'file', path = '{}', format = 'csv', header = 'true',
-               batch_size = '2000', rate = '100000');
+               batch_size = '2000', rate = '100000', late_rows = 'events_late');
          SET checkpoint_interval = '100ms';
          SET delivery = '{delivery}';
          CREATE SINK big WITH (connector = 'file', path = '{}', format = 'csv') AS
@@ -249,7 +254,38 @@ fn run_with_kills(
     );
     let mut lines = committed_lines(&out);
     lines.sort();
-    (lines, killed)
+    // The late table, read by a new process over the same data directory.
+    let read = work.join("late.sql");
+    std::fs::write(
+        &read,
+        "SELECT id, CAST(late_watermark AS BIGINT) / 1000000 FROM events_late;",
+    )
+    .unwrap();
+    let out = std::process::Command::new(weir_binary())
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("-f")
+        .arg(&read)
+        .args(["--format", "csv"])
+        .current_dir(work)
+        .output()
+        .expect("read the late table");
+    assert!(
+        out.status.success(),
+        "reading the late table: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut late: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    late.sort();
+    Run {
+        lines,
+        late,
+        killed,
+    }
 }
 
 fn counts(lines: &[String]) -> BTreeMap<&str, usize> {
@@ -269,8 +305,32 @@ fn a_million_rows_survive_twenty_kills_exactly_once_and_at_least_once() {
 
     let eo = work.path().join("exactly_once");
     std::fs::create_dir_all(&eo).unwrap();
-    let (got, killed) = run_with_kills(&eo, &events, "exactly_once", 21);
+    let expected_late = late_reference(&reference);
+    assert!(
+        expected_late.len() > 1000,
+        "{} late rows in the input",
+        expected_late.len()
+    );
+    let Run {
+        lines: got,
+        late,
+        killed,
+    } = run_with_kills(&eo, &events, "exactly_once", 21);
     assert!(killed >= 20, "only {killed} kills hit a running job");
+    if late != expected_late {
+        let (g, e) = (counts(&late), counts(&expected_late));
+        let missing: Vec<_> = e.keys().filter(|k| !g.contains_key(*k)).take(5).collect();
+        let extra: Vec<_> = g
+            .iter()
+            .filter(|(k, n)| e.get(*k).is_none_or(|m| *n > m))
+            .take(5)
+            .collect();
+        panic!(
+            "exactly-once late rows differ: {} vs {} expected; missing {missing:?}; extra or duplicated {extra:?}",
+            late.len(),
+            expected_late.len()
+        );
+    }
     if got != expected {
         let (g, e) = (counts(&got), counts(&expected));
         let missing: Vec<_> = e.keys().filter(|k| !g.contains_key(*k)).take(5).collect();
@@ -288,7 +348,24 @@ fn a_million_rows_survive_twenty_kills_exactly_once_and_at_least_once() {
 
     let alo = work.path().join("at_least_once");
     std::fs::create_dir_all(&alo).unwrap();
-    let (got, killed) = run_with_kills(&alo, &events, "at_least_once", 21);
+    let Run {
+        lines: got,
+        late,
+        killed,
+    } = run_with_kills(&alo, &events, "at_least_once", 21);
     assert!(killed >= 20, "only {killed} kills hit a running job");
     common::reference::assert_at_least_once(&got, &expected, killed);
+    let seen: std::collections::BTreeSet<&String> = late.iter().collect();
+    let lost: Vec<&String> = expected_late.iter().filter(|l| !seen.contains(l)).collect();
+    assert!(
+        lost.is_empty() && late.len() >= expected_late.len(),
+        "at-least-once lost {} late rows, e.g. {:?}",
+        lost.len(),
+        lost.iter().take(5).collect::<Vec<_>>()
+    );
+    let unknown = late
+        .iter()
+        .filter(|l| expected_late.binary_search(l).is_err())
+        .count();
+    assert_eq!(unknown, 0, "late rows that are not late");
 }

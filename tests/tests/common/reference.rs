@@ -227,6 +227,36 @@ fn tumble_reference(reference: &Path, until: Option<i64>, sep: &str) -> Vec<Stri
     })
 }
 
+/// The rows of a `reference.csv` that are late for TUMBLE 10 s (their window had fired under
+/// the watermark before them), as `id,<that watermark in ms>` lines, sorted.
+pub fn late_reference(reference: &Path) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        register_reference(&ctx, "ref", reference).await;
+        let bin = "date_bin(INTERVAL '10 seconds', ts, TIMESTAMP '1970-01-01 00:00:00')";
+        let sql = format!(
+            "SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref
+             WHERE {bin} + INTERVAL '10 seconds' <= wprev"
+        );
+        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        let mut rows: Vec<String> = batches
+            .iter()
+            .flat_map(|b| batch_rows(b).unwrap())
+            .map(|r| {
+                r.into_iter()
+                    .map(|v| v.unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        rows.sort();
+        rows
+    })
+}
+
 /// Asserts that at-least-once output lost no result and invented no window; prints how many
 /// results were repeated or counted rows twice after `killed` kills.
 pub fn assert_at_least_once(got: &[String], expected: &[String], killed: usize) {
