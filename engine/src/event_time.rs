@@ -155,6 +155,21 @@ impl EventTimeAssigner {
     pub fn assign(&mut self, batch: RecordBatch) -> Result<Assigned> {
         let batch = self.stamp(batch)?;
         self.advance_watermark(&batch)?;
+        self.judge(batch)
+    }
+
+    /// Mid-stream (a window over a derived stream): assigns windows to `batch`, judging every
+    /// row against the watermark as it stands (set with [`Self::restore_watermark`] from the
+    /// operator's input watermark), which the rows do not move.
+    pub fn assign_behind(&mut self, batch: RecordBatch) -> Result<Assigned> {
+        self.row_watermarks.clear();
+        self.row_watermarks.resize(batch.num_rows(), self.watermark);
+        self.judge(batch)
+    }
+
+    /// Windows (or, without a window, the out-of-bound check) for `batch`, each row judged
+    /// against its entry of `row_watermarks`.
+    fn judge(&mut self, batch: RecordBatch) -> Result<Assigned> {
         let Some(window) = &self.spec.window else {
             return match self.spec.out_of_bound {
                 Some(column) => self.drop_out_of_bound(batch, column),

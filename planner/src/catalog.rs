@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use weir_connectors::sinks::LateRowsTable;
 use weir_connectors::Options;
 use weir_engine::SourceFactory;
@@ -43,10 +43,25 @@ pub struct TableDef {
     pub ddl: String,
 }
 
-/// Tables by name (names are case-insensitive unless quoted, as in SQL; stored lowercased).
+/// A (logical) view: `CREATE VIEW name AS query`. A query over it reads the view's plan in
+/// its place; a window table function over it windows the view's rows (a cascading window).
+#[derive(Clone)]
+pub struct ViewDef {
+    pub name: String,
+    pub schema: SchemaRef,
+    /// The query as planned when the view was created (DataFusion inlines it).
+    pub plan: LogicalPlan,
+    /// The same, optimized: what the stream planner plans under a window over the view.
+    pub optimized: LogicalPlan,
+    pub ddl: String,
+}
+
+/// Tables and views by name (names are case-insensitive unless quoted, as in SQL; stored
+/// lowercased). Views are kept in the order they were created: one may read another.
 #[derive(Default)]
 pub struct Catalog {
     tables: BTreeMap<String, TableDef>,
+    views: Vec<ViewDef>,
     file: Option<PathBuf>,
 }
 
@@ -81,10 +96,50 @@ impl Catalog {
         Ok((
             Self {
                 tables: BTreeMap::new(),
+                views: Vec::new(),
                 file: Some(file),
             },
             ddl,
         ))
+    }
+
+    pub fn view(&self, name: &str) -> Option<&ViewDef> {
+        self.views.iter().find(|v| v.name == name)
+    }
+
+    pub fn views(&self) -> impl Iterator<Item = &ViewDef> {
+        self.views.iter()
+    }
+
+    /// Adds a view (or replaces the one of that name, keeping its place).
+    pub fn insert_view(&mut self, view: ViewDef) -> Result<()> {
+        match self.views.iter_mut().find(|v| v.name == view.name) {
+            Some(old) => *old = view,
+            None => self.views.push(view),
+        }
+        self.save()
+    }
+
+    pub fn remove_view(&mut self, name: &str) -> Result<bool> {
+        let before = self.views.len();
+        self.views.retain(|v| v.name != name);
+        let removed = self.views.len() != before;
+        if removed {
+            self.save()?;
+        }
+        Ok(removed)
+    }
+
+    /// The DDL that makes this catalog again, in an order that replays: tables, then views in
+    /// the order they were created. Views of materialized views and late-rows tables have no
+    /// DDL of their own (their job or table registers them).
+    pub fn ddl_statements(&self) -> Vec<String> {
+        self.tables
+            .values()
+            .map(|t| t.ddl.clone())
+            .chain(self.views.iter().map(|v| v.ddl.clone()))
+            .filter(|d| !d.is_empty())
+            .collect()
     }
 
     pub fn get(&self, name: &str) -> Option<&TableDef> {
@@ -113,9 +168,8 @@ impl Catalog {
             return Ok(());
         };
         let mut text = String::new();
-        // Views have no DDL of their own: their jobs register them at start.
-        for t in self.tables.values().filter(|t| !t.ddl.is_empty()) {
-            text.push_str(&t.ddl);
+        for ddl in self.ddl_statements() {
+            text.push_str(&ddl);
             text.push_str(";\n");
         }
         weir_engine::atomic_file::atomic_write(file, text.as_bytes())

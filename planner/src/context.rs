@@ -1,6 +1,7 @@
 //! What DataFusion's SQL planner sees: weir's tables as table sources, the window table
 //! functions' relation planner, and DataFusion's functions.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -9,7 +10,9 @@ use datafusion::common::TableReference;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::planner::{ExprPlanner, RelationPlanner};
-use datafusion::logical_expr::{AggregateUDF, HigherOrderUDF, ScalarUDF, TableSource, WindowUDF};
+use datafusion::logical_expr::{
+    AggregateUDF, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, TableType, WindowUDF,
+};
 use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::prelude::SessionConfig as DFSessionConfig;
 use datafusion::sql::planner::ContextProvider;
@@ -51,6 +54,27 @@ impl TableSource for StreamTableSource {
     }
 }
 
+/// A view for DataFusion's planner, which reads its plan in place of a scan.
+#[derive(Debug)]
+pub struct ViewSource {
+    pub schema: SchemaRef,
+    pub plan: LogicalPlan,
+}
+
+impl TableSource for ViewSource {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    fn get_logical_plan(&self) -> Option<Cow<'_, LogicalPlan>> {
+        Some(Cow::Borrowed(&self.plan))
+    }
+}
+
 /// Builds the DataFusion session state weir plans with.
 pub fn new_session_state() -> SessionState {
     let mut config = DFSessionConfig::new();
@@ -85,6 +109,12 @@ impl<'a> PlanningContext<'a> {
 
 impl ContextProvider for PlanningContext<'_> {
     fn get_table_source(&self, name: TableReference) -> DFResult<Arc<dyn TableSource>> {
+        if let Some(view) = self.catalog.view(name.table()) {
+            return Ok(Arc::new(ViewSource {
+                schema: Arc::clone(&view.schema),
+                plan: view.plan.clone(),
+            }));
+        }
         match self.catalog.get(name.table()) {
             Some(def) => Ok(Arc::new(StreamTableSource {
                 schema: Arc::clone(&def.schema),

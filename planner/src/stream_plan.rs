@@ -173,9 +173,20 @@ impl<'a> StreamPlanner<'a> {
     /// Scans feeding an interval join get a source of their own (see `judged`).
     fn count_scans(&mut self, plan: &LogicalPlan) {
         self.judged = interval::judged_scans(plan, self.catalog);
+        self.count_plan_scans(plan);
+    }
+
+    /// [`Self::count_scans`] of `plan`, and of the views windowed in it (planned in its place).
+    fn count_plan_scans(&mut self, plan: &LogicalPlan) {
+        let mut views = Vec::new();
         let _ = plan.apply(|node| {
             if let LogicalPlan::TableScan(scan) = node {
                 if let Some(source) = scan.source.as_ref().downcast_ref::<StreamTableSource>() {
+                    if let crate::context::ScanKind::Window(w) = &source.kind {
+                        if let Some(v) = self.catalog.view(&w.table) {
+                            views.push(v.optimized.clone());
+                        }
+                    }
                     let judged = self.judged.contains(&interval::scan_id(scan));
                     let key = source_key(source, judged);
                     *self.scans.entry(key.clone()).or_default() += 1;
@@ -191,6 +202,9 @@ impl<'a> StreamPlanner<'a> {
             }
             Ok(TreeNodeRecursion::Continue)
         });
+        for view in views {
+            self.count_plan_scans(&view);
+        }
     }
 
     fn physical(&self, e: &Expr, schema: &DFSchemaRef) -> Result<Arc<dyn PhysicalExpr>> {

@@ -314,7 +314,7 @@ impl Call<'_> {
         for name in WINDOW_COLUMNS {
             if schema.column_with_name(name).is_some() {
                 return Err(invalid!(
-                    "{}: table {table} already has a column named {name}",
+                    "{}: table {table} already has a column named {name} (over a view, alias it there, as in Flink: {name} AS inner_{name})",
                     self.function
                 ));
             }

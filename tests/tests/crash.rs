@@ -35,7 +35,7 @@ struct Golden {
     expected: Vec<String>,
 }
 
-/// Reads the `statement ok` CREATE TABLEs and the windowed `query` blocks of an .slt file
+/// Reads the `statement ok` CREATE TABLEs and VIEWs and the windowed `query` blocks of an .slt file
 /// (every query of `interval_join.slt`: each is an interval join, stateful without windows).
 fn windowed_queries(path: &Path) -> Vec<Golden> {
     let text = std::fs::read_to_string(path).unwrap();
@@ -73,10 +73,10 @@ fn windowed_queries(path: &Path) -> Vec<Golden> {
         }
         let sql = sql.join("\n");
         if is_statement {
-            if sql
-                .trim_start()
-                .to_ascii_uppercase()
-                .starts_with("CREATE TABLE")
+            let upper = sql.trim_start().to_ascii_uppercase();
+            if upper.starts_with("CREATE TABLE")
+                || upper.starts_with("CREATE VIEW")
+                || upper.starts_with("CREATE OR REPLACE VIEW")
             {
                 tables.push(sql);
             }
@@ -100,7 +100,8 @@ fn windowed_queries(path: &Path) -> Vec<Golden> {
         {
             continue;
         }
-        let windowed = ["TUMBLE", "HOP", "CUMULATE", "SESSION"]
+        // A window table function call (not a word in a string, like 'session closed').
+        let windowed = ["TUMBLE(", "HOP(", "CUMULATE(", "SESSION("]
             .iter()
             .any(|w| upper.contains(w))
             || stateful_file;
@@ -120,6 +121,13 @@ fn windowed_queries(path: &Path) -> Vec<Golden> {
 /// Slows a table down so that a kill lands mid-stream: one row per batch at 20 rows/s for
 /// files, 1,000 events/s for the generator.
 fn throttled(ddl: &str) -> String {
+    if !ddl
+        .trim_start()
+        .to_ascii_uppercase()
+        .starts_with("CREATE TABLE")
+    {
+        return ddl.to_string();
+    }
     let extra = if ddl.contains("'nexmark'") {
         ", rate = '1000', batch_size = '10'"
     } else {

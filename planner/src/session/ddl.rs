@@ -5,7 +5,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::common::DFSchema;
 use datafusion::sql::planner::SqlToRel;
-use datafusion::sql::sqlparser::ast::Ident;
+use datafusion::sql::sqlparser::ast::{CreateView, Ident, Statement};
 use weir_connectors::sinks::late_rows::LATE_COLUMNS;
 use weir_connectors::sinks::postgres::PostgresTable;
 use weir_connectors::sinks::LateRowsTable;
@@ -13,11 +13,11 @@ use weir_connectors::{create_source, Options};
 use weir_engine::SourceFactory;
 
 use super::{text_rows, Session, StatementResult};
-use crate::catalog::{TableDef, TableWatermark};
+use crate::catalog::{TableDef, TableWatermark, ViewDef};
 use crate::context::PlanningContext;
 use crate::error::{PlanError, Result};
-use crate::invalid;
 use crate::sql::{normalize, CreateTable, WatermarkClause};
+use crate::{invalid, not_supported};
 
 impl Session {
     pub(super) fn show_tables(&self) -> StatementResult {
@@ -34,11 +34,70 @@ impl Session {
                         .unwrap_or_default(),
                 ]
             })
+            .chain(
+                self.catalog
+                    .views()
+                    .map(|v| vec![v.name.clone(), "view".to_string(), String::new()]),
+            )
             .collect();
         text_rows(&["name", "connector", "watermark"], rows)
     }
 
+    /// `CREATE [OR REPLACE] VIEW [IF NOT EXISTS] name AS query`: a name for a query, planned
+    /// now against the tables as they are.
+    pub(super) fn create_view(&mut self, view: CreateView, text: &str) -> Result<StatementResult> {
+        let name = crate::sql::object_name(&view.name)?;
+        if !view.columns.is_empty() {
+            return Err(not_supported!(
+                "CREATE VIEW {name} (columns): name the columns with AS in the query"
+            ));
+        }
+        let exists = self.catalog.get(&name).is_some() || self.catalog.view(&name).is_some();
+        if exists {
+            if view.if_not_exists {
+                return Ok(StatementResult::Command("CREATE VIEW".into()));
+            }
+            if !(view.or_replace && self.catalog.view(&name).is_some()) {
+                return Err(PlanError::TableExists(name));
+            }
+        }
+        let plan = {
+            let ctx = PlanningContext::new(&self.state, &self.catalog);
+            let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
+            planner.sql_statement_to_plan(Statement::Query(view.query))?
+        };
+        let optimized = self.state.optimize(&plan)?;
+        let schema = Arc::new(plan.schema().as_arrow().clone());
+        self.catalog.insert_view(ViewDef {
+            name,
+            schema,
+            plan,
+            optimized,
+            ddl: text.trim().trim_end_matches(';').to_string(),
+        })?;
+        Ok(StatementResult::Command("CREATE VIEW".into()))
+    }
+
     pub(super) fn describe(&self, name: &str) -> Result<StatementResult> {
+        if let Some(view) = self.catalog.view(name) {
+            let rows = view
+                .schema
+                .fields()
+                .iter()
+                .map(|f| {
+                    vec![
+                        f.name().clone(),
+                        f.data_type().to_string(),
+                        if f.is_nullable() { "YES" } else { "NO" }.to_string(),
+                        String::new(),
+                    ]
+                })
+                .collect();
+            return Ok(text_rows(
+                &["column_name", "data_type", "is_nullable", "watermark"],
+                rows,
+            ));
+        }
         let def = self
             .catalog
             .get(name)
@@ -79,6 +138,9 @@ impl Session {
             options: mut pairs,
         } = ct;
         let declared_columns = columns.len();
+        if self.catalog.view(&name).is_some() {
+            return Err(PlanError::TableExists(name));
+        }
         if self.catalog.get(&name).is_some() {
             if if_not_exists {
                 return Ok(StatementResult::Command("CREATE TABLE".into()));

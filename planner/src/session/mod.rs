@@ -232,7 +232,7 @@ impl Session {
         text: &str,
     ) -> Result<StatementResult> {
         match statement {
-            WeirStatement::Sql(statement) => self.execute_sql(*statement),
+            WeirStatement::Sql(statement) => self.execute_sql(*statement, text),
             WeirStatement::CreateTable(table) => self.create_table(*table, text),
             WeirStatement::CreateJob(job) => self.create_job(*job, text),
             WeirStatement::DropJob {
@@ -251,9 +251,24 @@ impl Session {
         }
     }
 
-    /// Standard SQL: queries, EXPLAIN, DESCRIBE, DROP TABLE.
-    fn execute_sql(&mut self, statement: Statement) -> Result<StatementResult> {
+    /// Standard SQL: queries, EXPLAIN, DESCRIBE, CREATE VIEW, DROP TABLE, DROP VIEW.
+    fn execute_sql(&mut self, statement: Statement, text: &str) -> Result<StatementResult> {
         match statement {
+            Statement::CreateView(view) if !view.materialized => self.create_view(view, text),
+            Statement::Drop {
+                object_type: ObjectType::View,
+                if_exists,
+                names,
+                ..
+            } => {
+                for name in &names {
+                    let name = object_name(name)?;
+                    if !self.catalog.remove_view(&name)? && !if_exists {
+                        return Err(invalid!("no view named {name}"));
+                    }
+                }
+                Ok(StatementResult::Command("DROP VIEW".into()))
+            }
             Statement::Drop {
                 object_type: ObjectType::Table,
                 if_exists,
@@ -307,10 +322,12 @@ impl Session {
                     Ok(Some(Arc::new(plan.schema().as_arrow().clone())))
                 }
                 // DESCRIBE lists columns and has no side effects: run it for its columns.
-                describe @ Statement::ExplainTable { .. } => match self.execute_sql(describe)? {
-                    StatementResult::Rows(schema, _) => Ok(Some(schema)),
-                    _ => Ok(None),
-                },
+                describe @ Statement::ExplainTable { .. } => {
+                    match self.execute_sql(describe, "")? {
+                        StatementResult::Rows(schema, _) => Ok(Some(schema)),
+                        _ => Ok(None),
+                    }
+                }
                 _ => Ok(None),
             },
             // Listing statements have no side effects: run them for their columns.

@@ -361,12 +361,7 @@ impl Session {
         let record = JobRecord {
             name: name.clone(),
             statement: text.trim().to_string(),
-            tables: self
-                .catalog
-                .tables()
-                .map(|t| t.ddl.clone())
-                .filter(|d| !d.is_empty())
-                .collect(),
+            tables: self.catalog.ddl_statements(),
             settings,
             base_dir: self.base_dir(),
             state: JobState::Running,

@@ -9,7 +9,9 @@ use datafusion::logical_expr::{Expr, ExprSchemable, TableScan};
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_engine::event_time::WindowAssignment;
-use weir_engine::operators::{CalcOperator, SessionWindowSpec, WindowBound};
+use weir_engine::operators::{
+    CalcOperator, SessionWindowSpec, WindowAssignSpec, WindowBound, WindowEdge,
+};
 use weir_engine::{
     EventTimeSpec, Partitioning, ProcTime, SourceStage, Stage, StageInput, WindowSpec,
 };
@@ -19,6 +21,7 @@ use super::{arrow_schema, Stream, StreamPlanner};
 use crate::catalog::TableDef;
 use crate::context::{ScanKind, StreamTableSource, WindowTvf};
 use crate::error::{PlanError, Result};
+use crate::not_supported;
 use crate::window_tvf::WINDOW_COLUMNS;
 
 /// What makes two scans read the same stream: the table and its window function, and whether
@@ -50,7 +53,12 @@ impl StreamPlanner<'_> {
             ));
         }
         let judged = self.judged.contains(&scan_id(scan));
-        let stream = self.plan_source(source, judged)?;
+        let stream = match &source.kind {
+            ScanKind::Window(w) if self.catalog.view(&w.table).is_some() => {
+                self.plan_windowed_view(source, w)?
+            }
+            _ => self.plan_source(source, judged)?,
+        };
         let full = DFSchemaRef::new(DFSchema::try_from_qualified_schema(
             scan.table_name.clone(),
             &source.schema,
@@ -158,6 +166,53 @@ impl StreamPlanner<'_> {
         Ok(Stream {
             stage: self.stages.len() - 1,
             ..stream
+        })
+    }
+
+    /// A window table function over a view: the view's stream, with its windows assigned
+    /// where it is produced ([`WindowAssignSpec`]). The time column must be the `window_time`
+    /// or `window_end` of a window inside the view (a cascading window): such rows are emitted
+    /// before the watermark that fired them, so the new windows never judge them late and the
+    /// result does not depend on timing. Other time columns of a view are refused.
+    fn plan_windowed_view(&mut self, source: &StreamTableSource, w: &WindowTvf) -> Result<Stream> {
+        let view = self
+            .catalog
+            .view(&w.table)
+            .ok_or_else(|| PlanError::UnknownTable(w.table.clone()))?;
+        let inner = self.plan(&view.optimized.clone())?;
+        let columns = source.schema.fields().len() - WINDOW_COLUMNS.len();
+        let time = source.schema.field(w.time_column).name();
+        let cascading = matches!(
+            inner.windows.get(w.time_column),
+            Some(Some(b)) if matches!(b.edge, WindowEdge::Time | WindowEdge::End)
+        );
+        if !cascading {
+            return Err(not_supported!(
+                "{}: the time column {time} of view {} is not the window_time (or window_end) of a window in the view; a window over a view must cascade from one (window the table itself to use its own time column)",
+                w.text,
+                w.table
+            ));
+        }
+        let assignment = self.window_assignment(source, w, columns);
+        let size = w.spec.size();
+        let mut windows = vec![None; columns];
+        windows.push(w.spec.fixed_size().then(|| WindowBound::start(size)));
+        windows.push(Some(WindowBound::end(size)));
+        windows.push(Some(WindowBound::time(size)));
+        self.push(
+            &inner,
+            Arc::new(WindowAssignSpec {
+                assignment,
+                description: format!(
+                    "WindowAssign: {} (over the rows of view {})",
+                    w.text, w.table
+                ),
+            }),
+        );
+        Ok(Stream {
+            rowtime: vec![false; windows.len()],
+            windows,
+            ..inner
         })
     }
 
