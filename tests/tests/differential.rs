@@ -287,8 +287,17 @@ fn weir_run_tables(
         );
         assert!(matches!(execute(&mut s, &ddl).unwrap(), Collected::Command));
     }
+    // Statements before the query (`CREATE VIEW ...;`) run first.
+    let mut statements: Vec<&str> = sql.split(';').filter(|p| !p.trim().is_empty()).collect();
+    let query = statements.pop().expect("a query");
+    for statement in statements {
+        assert!(matches!(
+            execute(&mut s, statement).unwrap(),
+            Collected::Command
+        ));
+    }
     let stmt = StatementText {
-        text: sql.to_string(),
+        text: query.to_string(),
         line: 1,
     };
     let StatementResult::Query(run) = s.execute(&stmt).unwrap() else {
@@ -440,6 +449,60 @@ fn top_n_matches_batch_sql() {
             &rank(&windows, ", id"),
             &format!("SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
         );
+    }
+}
+
+/// Cascading windows: TUMBLE (or HOP) over a view of per-key TUMBLE results, timed by their
+/// `window_time`. Reference: DataFusion aggregates the rows that were not late into the inner
+/// windows, then those into the outer ones by `window_end - 1 ms`.
+#[test]
+fn cascading_windows_match_batch_sql() {
+    for seed in 600..608 {
+        let inner = [1, 2][seed as usize % 2];
+        let (outer_slide, outer_size) = [(2, 2), (4, 4), (2, 6), (3, 6)][seed as usize % 4];
+        let outer_slide = outer_slide * inner;
+        let outer_size = outer_size * inner;
+        let origin = "TIMESTAMP '1970-01-01 00:00:00'";
+        let bin = format!("date_bin(INTERVAL '{inner} seconds', ts, {origin})");
+        let inner_ref = format!(
+            "SELECT k, {bin} + INTERVAL '{inner} seconds' - INTERVAL '1 millisecond' AS rowtime,
+                    count(*) AS n, sum(v) AS total, max(v) AS mx
+             FROM ref WHERE {bin} + INTERVAL '{inner} seconds' > wprev GROUP BY k, {bin}"
+        );
+        let copies = outer_size / outer_slide;
+        let outer_bin = format!("date_bin(INTERVAL '{outer_slide} seconds', rowtime, {origin})");
+        let expanded: Vec<String> = (0..copies)
+            .map(|i| {
+                format!(
+                    "SELECT *, {outer_bin} - INTERVAL '{} seconds' AS window_start FROM ({inner_ref})",
+                    i * outer_slide
+                )
+            })
+            .collect();
+        let reference = format!(
+            "SELECT window_start, window_start + INTERVAL '{outer_size} seconds' AS window_end,
+                    sum(n), sum(total), max(mx), count(*)
+             FROM ({}) GROUP BY window_start",
+            expanded.join(" UNION ALL ")
+        );
+        let late = format!(
+            "SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref WHERE {bin} + INTERVAL '{inner} seconds' <= wprev"
+        );
+        let outer_tvf = if outer_slide == outer_size {
+            format!("TUMBLE(v, rowtime, INTERVAL '{outer_size}' SECOND)")
+        } else {
+            format!(
+                "HOP(v, rowtime, INTERVAL '{outer_slide}' SECOND, INTERVAL '{outer_size}' SECOND)"
+            )
+        };
+        let sql = format!(
+            "CREATE VIEW v AS SELECT k, window_time AS rowtime, count(*) AS n, sum(v) AS total,
+                                     max(v) AS mx
+             FROM TUMBLE(t, ts, INTERVAL '{inner}' SECOND) GROUP BY k, window_start, window_end, window_time;
+             SELECT window_start, window_end, sum(n), sum(total), max(mx), count(*)
+             FROM {outer_tvf} GROUP BY window_start, window_end"
+        );
+        check_sql(seed, &sql, &reference, &late);
     }
 }
 
