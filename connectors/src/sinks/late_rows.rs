@@ -467,7 +467,7 @@ mod tests {
         let pa = a.snapshot(1).unwrap().unwrap();
         assert_eq!(b.snapshot(1).unwrap().unwrap(), 1u64.to_be_bytes());
         assert!(keys(&table).is_empty(), "staged, not committed");
-        c0.commit(&[pa.clone()]).unwrap();
+        c0.commit(std::slice::from_ref(&pa)).unwrap();
         assert_eq!(keys(&table), vec![1, 2]);
         // Staged after the checkpoint: a restart from epoch 1 drops stage 1's epoch-2 rows but
         // commits what epoch 1 staged; stage 0's recovery does not touch stage 1's rows.
