@@ -296,6 +296,26 @@ fn run_with_kills(work: &Path, events: &Path, delivery: &str, kills: usize) -> R
     }
 }
 
+/// `got` equals `expected` as a multiset (both sorted); else names a few missing and extra
+/// (or duplicated) lines.
+fn assert_same_rows(what: &str, got: &[String], expected: &[String]) {
+    if got == expected {
+        return;
+    }
+    let (g, e) = (counts(got), counts(expected));
+    let missing: Vec<_> = e.keys().filter(|k| !g.contains_key(*k)).take(5).collect();
+    let extra: Vec<_> = g
+        .iter()
+        .filter(|(k, n)| e.get(*k).is_none_or(|m| *n > m))
+        .take(5)
+        .collect();
+    panic!(
+        "{what} differ: {} rows vs {} expected; missing {missing:?}; extra or duplicated {extra:?}",
+        got.len(),
+        expected.len()
+    );
+}
+
 fn counts(lines: &[String]) -> BTreeMap<&str, usize> {
     let mut m = BTreeMap::new();
     for l in lines {
@@ -325,34 +345,8 @@ fn a_million_rows_survive_twenty_kills_exactly_once_and_at_least_once() {
         killed,
     } = run_with_kills(&eo, &events, "exactly_once", 21);
     assert!(killed >= 20, "only {killed} kills hit a running job");
-    if late != expected_late {
-        let (g, e) = (counts(&late), counts(&expected_late));
-        let missing: Vec<_> = e.keys().filter(|k| !g.contains_key(*k)).take(5).collect();
-        let extra: Vec<_> = g
-            .iter()
-            .filter(|(k, n)| e.get(*k).is_none_or(|m| *n > m))
-            .take(5)
-            .collect();
-        panic!(
-            "exactly-once late rows differ: {} vs {} expected; missing {missing:?}; extra or duplicated {extra:?}",
-            late.len(),
-            expected_late.len()
-        );
-    }
-    if got != expected {
-        let (g, e) = (counts(&got), counts(&expected));
-        let missing: Vec<_> = e.keys().filter(|k| !g.contains_key(*k)).take(5).collect();
-        let extra: Vec<_> = g
-            .iter()
-            .filter(|(k, n)| e.get(*k).is_none_or(|m| *n > m))
-            .take(5)
-            .collect();
-        panic!(
-            "exactly-once output differs: {} rows vs {} expected; missing {missing:?}; extra or duplicated {extra:?}",
-            got.len(),
-            expected.len()
-        );
-    }
+    assert_same_rows("exactly-once late rows", &late, &expected_late);
+    assert_same_rows("exactly-once output", &got, &expected);
 
     let alo = work.path().join("at_least_once");
     std::fs::create_dir_all(&alo).unwrap();

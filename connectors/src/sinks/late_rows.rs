@@ -29,7 +29,7 @@ use weir_engine::{
     SourceReader, TaskInfo,
 };
 
-use super::view::BatchReader;
+use super::view::{commit_staged, BatchReader};
 
 /// The column naming the job that dropped a late row (`query-<n>` for an ad-hoc query).
 pub const LATE_JOB: &str = "late_job";
@@ -328,22 +328,7 @@ impl Committer for LateRowsCommitter {
             let mut lo = job_prefix(STAGED, &self.job, Some(self.stage));
             lo.extend_from_slice(&epoch.to_be_bytes());
             let hi = prefix_end(&lo);
-            let staged = store.scan(&lo, &hi)?;
-            if staged.is_empty() {
-                // Committed before.
-                continue;
-            }
-            let puts = staged
-                .into_iter()
-                .map(|(mut k, v)| {
-                    k[0] = COMMITTED;
-                    (k, v)
-                })
-                .collect();
-            store.write(WriteBatch {
-                puts,
-                delete_ranges: vec![(lo, hi)],
-            })?;
+            commit_staged(store.as_ref(), lo, hi, COMMITTED)?;
         }
         Ok(())
     }

@@ -178,22 +178,7 @@ impl Committer for ViewCommitter {
                     EngineError::State("view commit payload is not an epoch".into())
                 })?);
             let (lo, hi) = epoch_range(STAGED, epoch);
-            let staged = store.scan(&lo, &hi)?;
-            if staged.is_empty() {
-                // Committed before.
-                continue;
-            }
-            let puts = staged
-                .into_iter()
-                .map(|(mut k, v)| {
-                    k[0] = COMMITTED;
-                    (k, v)
-                })
-                .collect();
-            store.write(WriteBatch {
-                puts,
-                delete_ranges: vec![(lo, hi)],
-            })?;
+            commit_staged(store.as_ref(), lo, hi, COMMITTED)?;
         }
         Ok(())
     }
@@ -206,6 +191,31 @@ impl Committer for ViewCommitter {
             delete_ranges: vec![(vec![STAGED], vec![STAGED + 1])],
         })
     }
+}
+
+/// Moves the staged entries in `lo..hi` to area `committed` (the key's first byte) in one
+/// atomic write; nothing when there are none (committed before: commits are idempotent).
+pub(crate) fn commit_staged(
+    store: &dyn StateBackend,
+    lo: Vec<u8>,
+    hi: Vec<u8>,
+    committed: u8,
+) -> EngineResult<()> {
+    let staged = store.scan(&lo, &hi)?;
+    if staged.is_empty() {
+        return Ok(());
+    }
+    let puts = staged
+        .into_iter()
+        .map(|(mut k, v)| {
+            k[0] = committed;
+            (k, v)
+        })
+        .collect();
+    store.write(WriteBatch {
+        puts,
+        delete_ranges: vec![(lo, hi)],
+    })
 }
 
 /// Reads a view's committed rows as a bounded source.

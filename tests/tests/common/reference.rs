@@ -211,20 +211,25 @@ fn tumble_reference(reference: &Path, until: Option<i64>, sep: &str) -> Vec<Stri
                 .map(|w| format!("AND window_end <= TIMESTAMP '{}'", ts_text(w)))
                 .unwrap_or_default()
         );
-        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
-        let mut rows: Vec<String> = batches
-            .iter()
-            .flat_map(|b| batch_rows(b).unwrap())
-            .map(|r| {
-                r.into_iter()
-                    .map(|v| v.unwrap_or_default())
-                    .collect::<Vec<_>>()
-                    .join(sep)
-            })
-            .collect();
-        rows.sort();
-        rows
+        sorted_lines(&ctx, &sql, sep).await
     })
+}
+
+/// The rows of `sql`, each row's values joined by `sep` (NULL as empty), sorted.
+async fn sorted_lines(ctx: &SessionContext, sql: &str, sep: &str) -> Vec<String> {
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let mut rows: Vec<String> = batches
+        .iter()
+        .flat_map(|b| batch_rows(b).unwrap())
+        .map(|r| {
+            r.into_iter()
+                .map(|v| v.unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(sep)
+        })
+        .collect();
+    rows.sort();
+    rows
 }
 
 /// The rows of a `reference.csv` that are late for TUMBLE 10 s (their window had fired under
@@ -241,19 +246,7 @@ pub fn late_reference(reference: &Path) -> Vec<String> {
             "SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref
              WHERE {bin} + INTERVAL '10 seconds' <= wprev"
         );
-        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
-        let mut rows: Vec<String> = batches
-            .iter()
-            .flat_map(|b| batch_rows(b).unwrap())
-            .map(|r| {
-                r.into_iter()
-                    .map(|v| v.unwrap_or_default())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
-            .collect();
-        rows.sort();
-        rows
+        sorted_lines(&ctx, &sql, ",").await
     })
 }
 
