@@ -39,6 +39,9 @@ pub enum PlanError {
         #[source]
         source: std::io::Error,
     },
+    /// The statement is too large or deep to plan safely.
+    #[error("statement too complex: {0}")]
+    TooComplex(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -84,6 +87,7 @@ impl PlanError {
             PlanError::PermissionDenied(m) => PlanError::PermissionDenied(m.clone()),
             PlanError::Invalid(m) => PlanError::Invalid(m.clone()),
             PlanError::Internal(m) => PlanError::Internal(m.clone()),
+            PlanError::TooComplex(m) => PlanError::TooComplex(m.clone()),
             _ => return None,
         })
     }
@@ -118,6 +122,7 @@ impl PlanError {
                 _ => "XX000",
             },
             PlanError::Io { .. } => "58030",
+            PlanError::TooComplex(_) => "54001",
             PlanError::Internal(_) => "XX000",
         }
     }

@@ -58,6 +58,10 @@ enum Command {
         /// Require this password (SCRAM-SHA-256) from clients. Also read from WEIR_PASSWORD.
         #[arg(long, env = "WEIR_PASSWORD", hide_env_values = true)]
         password: Option<String>,
+        /// Listen on a non-loopback address without a password (anyone who reaches it can
+        /// read files under the file root and create sinks).
+        #[arg(long)]
+        allow_insecure: bool,
     },
 }
 
@@ -78,12 +82,21 @@ fn main() -> ExitCode {
         listen,
         file_root,
         password,
+        allow_insecure,
     }) = cli.command
     {
         let Some(data_dir) = cli.data_dir.clone() else {
             eprintln!("error: weir serve needs --data-dir DIR");
             return ExitCode::from(2);
         };
+        if !listen.ip().is_loopback() && password.is_none() && !allow_insecure {
+            eprintln!(
+                "error: --listen {listen} accepts clients from other machines, and without a password \
+                 any of them can read files under the file root and create sinks: set --password \
+                 (or WEIR_PASSWORD), listen on 127.0.0.1, or pass --allow-insecure"
+            );
+            return ExitCode::from(2);
+        }
         let options = server::ServeOptions {
             listen,
             file_root: file_root.unwrap_or_else(|| data_dir.clone()),

@@ -268,6 +268,46 @@ fn errors_carry_sqlstate_codes_and_the_session_goes_on() {
     );
 }
 
+/// Ten thousand terms in one expression used to overflow the stack of the thread planning
+/// it and abort the server for every client; now the statement is refused (54001), and one
+/// at the limit runs.
+#[test]
+fn a_deeply_nested_expression_is_refused_and_the_server_stays_up() {
+    let (_dir, mut server, _) = server_with_events(10, &[]);
+    let mut client = server.connect();
+    let deep = format!("SELECT {}", vec!["1"; 10_000].join(" + "));
+    let long_or = format!(
+        "SELECT count(*) FROM events WHERE {}",
+        vec!["v = 1"; 5_000].join(" OR ")
+    );
+    for sql in [&deep, &long_or] {
+        for extended in [false, true] {
+            let err = if extended {
+                client.query(sql.as_str(), &[]).map(|_| ()).unwrap_err()
+            } else {
+                client.simple_query(sql).map(|_| ()).unwrap_err()
+            };
+            let message = err.as_db_error().map(|d| d.message().to_string());
+            assert_eq!(code(&err), "54001", "{message:?}");
+            assert!(
+                message.as_deref().is_some_and(|m| m.contains("1000 deep")),
+                "{message:?}"
+            );
+        }
+    }
+    assert!(server.alive(), "the server died");
+    let at_limit = format!("SELECT {}", vec!["1"; 1_000].join(" + "));
+    assert_eq!(
+        simple_rows(&mut client, &at_limit),
+        vec![vec![Some("1000".to_string())]]
+    );
+    let mut other = server.connect();
+    assert_eq!(
+        simple_rows(&mut other, "SELECT 1"),
+        vec![vec![Some("1".to_string())]]
+    );
+}
+
 #[test]
 fn settings_are_per_connection_and_driver_parameters_are_accepted() {
     let (_dir, server, _) = server_with_events(10, &[]);
@@ -400,6 +440,47 @@ fn psql_lists_and_describes_tables_and_runs_queries() {
     assert_eq!(got, expected);
     let (ok, _, err) = server.psql(&["-c", "SELECT * FROM nope"]);
     assert!(!ok && err.contains("does not exist"), "{err}");
+}
+
+/// `--listen` on a non-loopback address without a password is refused (anyone on the network
+/// could read files and create sinks), unless `--allow-insecure` says so.
+#[test]
+fn listening_beyond_loopback_needs_a_password_or_allow_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(common::process::weir_binary())
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .env_remove("WEIR_PASSWORD")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--password") && stderr.contains("--allow-insecure"),
+        "{stderr}"
+    );
+    for extra in [&["--allow-insecure"][..], &["--password", "s3cret"][..]] {
+        let mut child = std::process::Command::new(common::process::weir_binary())
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["serve", "--listen", "0.0.0.0:0"])
+            .args(extra)
+            .env_remove("WEIR_PASSWORD")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+            child.stderr.take().unwrap(),
+        ));
+        let started = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("listening on"));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(started, "weir serve {extra:?} did not start");
+    }
 }
 
 #[test]

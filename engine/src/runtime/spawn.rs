@@ -27,6 +27,9 @@ use crate::state::{StateHandle, TaskState};
 
 type Committers = BTreeMap<(usize, usize), Arc<dyn Committer>>;
 
+/// Stack of a task thread (reserved, not committed, until used).
+const TASK_STACK: usize = 16 << 20;
+
 /// Starts every task of `graph` and returns at once. A durable job (`config.checkpoint`)
 /// whose directory holds a complete checkpoint resumes from it: sinks recover (commit what
 /// that checkpoint pre-committed, abort the rest), sources rewind, state is restored.
@@ -369,8 +372,10 @@ impl Launch<'_> {
             dir: dir.clone(),
             last_epoch: self.restored_epoch,
         });
-        let builder =
-            std::thread::Builder::new().name(format!("weir-{si}-{}-{instance}", stage.name));
+        // Evaluating an expression recurses over it (the front end allows 1000 levels).
+        let builder = std::thread::Builder::new()
+            .name(format!("weir-{si}-{}-{instance}", stage.name))
+            .stack_size(TASK_STACK);
         let spawned = match &stage.source {
             Some(src) => {
                 let idle_timeout = src.factory.idle_timeout().or(self.config.idle_timeout);

@@ -1,6 +1,7 @@
 //! SQL text before planning: splitting scripts into statements and parsing each into a
 //! [`WeirStatement`] with positions kept for error messages.
 
+mod depth;
 pub mod parse;
 pub mod split;
 pub mod statement;

@@ -245,10 +245,12 @@ pub fn parse_statement(text: &str, first_line: u64) -> Result<WeirStatement> {
     let parser = Parser::new(&dialect)
         .with_recursion_limit(RECURSION_LIMIT)
         .with_tokens_with_locations(tokens);
-    WeirParser::new(parser).parse().map_err(|e| match e {
+    let mut statement = WeirParser::new(parser).parse().map_err(|e| match e {
         Failure::Syntax(e) => parser_error(e, text, first_line),
         Failure::Plan(e) => e,
-    })
+    })?;
+    super::depth::check_depth(&mut statement, first_line)?;
+    Ok(statement)
 }
 
 #[cfg(test)]

@@ -18,6 +18,9 @@ use weir_planner::{Session, SessionConfig};
 
 use handler::{Shared, WireHandlers};
 
+/// Stack of the threads that parse, plan and run statements for wire clients.
+const PLANNING_STACK: usize = 16 << 20;
+
 /// What `weir serve` was told.
 pub struct ServeOptions {
     pub listen: SocketAddr,
@@ -40,9 +43,12 @@ pub fn serve(options: ServeOptions) -> anyhow::Result<()> {
         eprintln!("warning: {w}");
     }
     let shared = Arc::new(Shared::new(session, config));
+    // Planning recurses over expressions up to the front end's depth limit
+    // (`MAX_EXPRESSION_DEPTH`): give the threads that plan the room for it.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("weir-wire")
+        .thread_stack_size(PLANNING_STACK)
         .build()?;
     let result = runtime.block_on(accept_loop(
         options.listen,
