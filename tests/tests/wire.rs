@@ -470,9 +470,8 @@ fn listening_beyond_loopback_needs_a_password_or_allow_insecure() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
-            child.stderr.take().unwrap(),
-        ));
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
         let started = lines
             .by_ref()
             .map_while(Result::ok)
