@@ -4,6 +4,7 @@
 //! to stderr.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use crossbeam_channel::{select, Receiver};
@@ -27,6 +28,37 @@ pub fn install_interrupt_handler() -> Receiver<()> {
     rx
 }
 
+/// Set once a write to stdout failed because its reader went away (`weir -f q.sql | head`).
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Stdout, noting when its reader has gone (a broken pipe) so the script can end quietly
+/// instead of failing on every later line.
+struct Stdout;
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        noting_closed(std::io::stdout().lock().write(buf))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        noting_closed(std::io::stdout().lock().flush())
+    }
+}
+
+fn noting_closed<T>(r: std::io::Result<T>) -> std::io::Result<T> {
+    if let Err(e) = &r {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+        }
+    }
+    r
+}
+
+/// Whether stdout's reader has gone.
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(Ordering::Relaxed)
+}
+
 pub struct Runner<'a> {
     session: &'a mut Session,
     format: Format,
@@ -48,12 +80,13 @@ impl<'a> Runner<'a> {
     }
 
     /// Prints a status line: stdout for tables, stderr otherwise.
-    fn status(&self, text: &str) {
+    fn status(&self, text: &str) -> Result<()> {
         if self.format == Format::Table {
-            println!("{text}");
+            writeln!(Stdout, "{text}")?;
         } else {
             eprintln!("{text}");
         }
+        Ok(())
     }
 
     /// Runs a whole script; stops at the first failing statement. Then waits for the sink
@@ -64,6 +97,11 @@ impl<'a> Runner<'a> {
         statements.extend(tail);
         for stmt in &statements {
             if let Err(e) = self.run_statement(stmt) {
+                if stdout_closed() {
+                    // The reader of the output has gone (`| head`): nothing more can be shown,
+                    // which is no failure. The query was stopped; jobs go on as usual.
+                    break;
+                }
                 eprintln!("error: {name}:{}: {e:#}", stmt.line);
                 return false;
             }
@@ -115,12 +153,12 @@ impl<'a> Runner<'a> {
                     anyhow::anyhow!("internal error while running the statement (a bug in weir)")
                 })?;
         match result? {
-            StatementResult::Command(tag) => self.status(&tag),
+            StatementResult::Command(tag) => self.status(&tag)?,
             StatementResult::Rows(schema, batches) => {
                 if self.format == Format::Table {
-                    print!("{}", render_table(&schema, &batches)?);
+                    write!(Stdout, "{}", render_table(&schema, &batches)?)?;
                 } else {
-                    let mut w = ResultWriter::new(std::io::stdout().lock(), self.format, schema);
+                    let mut w = ResultWriter::new(Stdout, self.format, schema);
                     for b in &batches {
                         w.write_batch(b)?;
                     }
@@ -128,13 +166,23 @@ impl<'a> Runner<'a> {
                 }
             }
             StatementResult::Query(run) => self.stream(run)?,
-            StatementResult::Transaction(t) => self.status(t.tag()),
+            StatementResult::Transaction(t) => self.status(t.tag())?,
         }
         Ok(())
     }
 
-    /// Prints a query's rows as its windows close, until it ends or Ctrl-C.
+    /// Prints a query's rows as its windows close, until it ends, Ctrl-C, or the output's
+    /// reader goes away (the query is stopped then too).
     fn stream(&mut self, run: QueryRun) -> Result<()> {
+        let control = run.job.control();
+        let result = self.stream_rows(run);
+        if result.is_err() {
+            control.cancel();
+        }
+        result
+    }
+
+    fn stream_rows(&mut self, run: QueryRun) -> Result<()> {
         let QueryRun {
             schema,
             events,
@@ -142,7 +190,7 @@ impl<'a> Runner<'a> {
             bounded,
             limit,
         } = run;
-        let mut writer = ResultWriter::new(std::io::stdout().lock(), self.format, schema.clone());
+        let mut writer = ResultWriter::new(Stdout, self.format, schema.clone());
         let mut table_rows = Vec::new();
         let mut rows = 0usize;
         // A bounded result (or one with a LIMIT) prints as one table; an endless one as it comes.
@@ -157,7 +205,7 @@ impl<'a> Runner<'a> {
                     drop(events);
                     let _ = job.wait();
                     writer.finish()?;
-                    self.status("query cancelled");
+                    self.status("query cancelled")?;
                     return Ok(());
                 }
             };
@@ -168,9 +216,8 @@ impl<'a> Runner<'a> {
                     match self.format {
                         Format::Table if whole_table => table_rows.push(b),
                         Format::Table => {
-                            let mut out = std::io::stdout().lock();
-                            write!(out, "{}", streaming_table.render(&schema, &b)?)?;
-                            out.flush()?;
+                            write!(Stdout, "{}", streaming_table.render(&schema, &b)?)?;
+                            Stdout.flush()?;
                         }
                         _ => writer.write_batch(&b)?,
                     }
@@ -181,7 +228,7 @@ impl<'a> Runner<'a> {
         }
         drop(events);
         if self.format == Format::Table && whole_table {
-            print!("{}", render_table(&schema, &table_rows)?);
+            write!(Stdout, "{}", render_table(&schema, &table_rows)?)?;
         }
         writer.finish()?;
         drop(writer);
@@ -197,7 +244,7 @@ impl<'a> Runner<'a> {
                 if metrics.skipped_rows == 1 { "" } else { "s" },
             );
         }
-        self.status(&line);
+        self.status(&line)?;
         Ok(())
     }
 }

@@ -277,3 +277,49 @@ fn a_limit_ends_a_query_over_an_endless_source() {
         assert!(n > 0, "{l}");
     }
 }
+
+/// `weir -f q.sql | head -1`: when the reader of stdout goes away, an endless query is stopped
+/// and weir ends quietly (it used to panic on the next line, or run on forever).
+#[test]
+fn a_closed_stdout_stops_the_query_and_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("endless.sql");
+    std::fs::write(
+        &script,
+        "CREATE TABLE bid (auction BIGINT, price BIGINT) WITH (connector = 'nexmark', stream = 'bid', rate = '5000');
+         SELECT auction, price FROM bid;",
+    )
+    .unwrap();
+    for format in ["table", "csv", "json"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["-f", script.to_str().unwrap(), "--format", format])
+            .current_dir(workspace())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(!first.is_empty(), "{format}: no output");
+        // The reader is dropped here: the pipe closes.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{format}: weir still runs after its stdout closed"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(status.success(), "{format}: {status}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{format}: {stderr}");
+    }
+}
