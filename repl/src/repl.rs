@@ -53,19 +53,20 @@ pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
             Ok(line) => {
                 let trimmed = line.trim();
                 if buffer.trim().is_empty() && trimmed.starts_with('\\') {
-                    let _ = editor.add_history_entry(trimmed);
-                    let mut parts = trimmed.split_whitespace();
-                    match (parts.next(), parts.next()) {
-                        (Some("\\q"), _) => break,
-                        (Some("\\?"), _) | (Some("\\h"), _) => println!("{HELP}"),
-                        (Some("\\d"), None) => run_one(&mut runner, "SHOW TABLES"),
-                        (Some("\\d"), Some(name)) => {
-                            run_one(&mut runner, &format!("DESCRIBE {name}"))
-                        }
-                        (Some(other), _) => {
+                    remember(&mut editor, trimmed, history.as_deref());
+                    // The command, then its argument as written (a quoted name may hold spaces).
+                    let (command, argument) = match trimmed.split_once(char::is_whitespace) {
+                        Some((c, rest)) => (c, rest.trim()),
+                        None => (trimmed, ""),
+                    };
+                    match (command, argument) {
+                        ("\\q", _) => break,
+                        ("\\?", _) | ("\\h", _) => println!("{HELP}"),
+                        ("\\d", "") => run_one(&mut runner, "SHOW TABLES"),
+                        ("\\d", name) => run_one(&mut runner, &format!("DESCRIBE {name}")),
+                        (other, _) => {
                             eprintln!("unknown command {other}; \\? lists the commands")
                         }
-                        (None, _) => {}
                     }
                     continue;
                 }
@@ -77,7 +78,7 @@ pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
                 if statements.is_empty() {
                     continue;
                 }
-                let _ = editor.add_history_entry(buffer.trim());
+                remember(&mut editor, buffer.trim(), history.as_deref());
                 for stmt in statements {
                     if let Err(e) = runner.run_statement(&stmt) {
                         eprintln!("error: {e:#}");
@@ -96,6 +97,15 @@ pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
         }
     }
     if let Some(h) = &history {
+        let _ = editor.save_history(h);
+    }
+}
+
+/// Adds an entry to the history and writes the history file at once, so a crash or a kill
+/// does not lose the session's lines.
+fn remember(editor: &mut DefaultEditor, entry: &str, history: Option<&std::path::Path>) {
+    let _ = editor.add_history_entry(entry);
+    if let Some(h) = history {
         let _ = editor.save_history(h);
     }
 }

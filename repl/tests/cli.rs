@@ -323,3 +323,56 @@ fn a_closed_stdout_stops_the_query_and_ends_quietly() {
         assert!(!stderr.contains("panicked"), "{format}: {stderr}");
     }
 }
+
+/// The REPL: `\d "my table"` describes a table whose quoted name has a space, and history is
+/// on disk as soon as a line is entered, so a SIGKILL loses none of it.
+#[test]
+fn repl_describes_quoted_names_and_keeps_history_through_a_kill() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .current_dir(workspace().join("tests"))
+        .env("HOME", home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        "CREATE TABLE \"my table\" (id BIGINT, ts TIMESTAMP) WITH (connector = 'file', path = 'data/events.csv', format = 'csv');\n\\d \"my table\"\nSELECT 40 + 2 AS answer;"
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    let mut out = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let done = line.contains("| 42 ");
+        out.push(line);
+        if done {
+            break;
+        }
+    }
+    let out = out.join("\n");
+    assert!(
+        out.contains("| id ") && out.contains("Timestamp(ns)"),
+        "\\d \"my table\" did not describe it:\n{out}"
+    );
+    // Killed while waiting for more input (stdin still open): no clean exit.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(stdin);
+    let history = std::fs::read_to_string(home.path().join(".weir_history")).unwrap();
+    for want in [
+        "CREATE TABLE \"my table\"",
+        "\\d \"my table\"",
+        "SELECT 40 + 2",
+    ] {
+        assert!(
+            history.contains(want),
+            "{want} missing from history:\n{history}"
+        );
+    }
+}
