@@ -43,7 +43,10 @@ pub fn create_sink(
     match connector.as_str() {
         "file" => Ok(Arc::new(sinks::FileSinkFactory::from_options(
             sink,
-            job,
+            &match ctx.run_id.as_str() {
+                "" => job.to_string(),
+                id => format!("{job}-{id}"),
+            },
             schema,
             &mut options,
             exactly_once,

@@ -376,3 +376,78 @@ fn repl_describes_quoted_names_and_keeps_history_through_a_kill() {
         );
     }
 }
+
+/// A sink created again under the same name and path (after DROP SINK, and from another data
+/// directory) writes parts of its own: the earlier runs' committed files stay as they were.
+#[test]
+fn a_sink_created_again_over_the_same_path_leaves_earlier_parts_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    let data = workspace().join("tests/data/events.csv");
+    let script = |threshold: i64| {
+        format!(
+            "CREATE TABLE events (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+               WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
+             WITH (connector = 'file', path = '{}', format = 'csv', header = 'true');
+             CREATE SINK s WITH (connector = 'file', path = '{}', format = 'csv') AS
+             SELECT id FROM events WHERE v > {threshold};",
+            data.display(),
+            out_dir.display()
+        )
+    };
+    let parts = || -> std::collections::BTreeMap<String, String> {
+        std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                (
+                    p.file_name().unwrap().to_string_lossy().into_owned(),
+                    std::fs::read_to_string(&p).unwrap(),
+                )
+            })
+            .collect()
+    };
+    let run = |data_dir: &Path, sql: &str| {
+        let path = tmp.path().join("job.sql");
+        std::fs::write(&path, sql).unwrap();
+        let out = weir(&[
+            "-f",
+            path.to_str().unwrap(),
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    let first_dir = tmp.path().join("first");
+    run(&first_dir, &script(100));
+    let first = parts();
+    let rows = |files: &std::collections::BTreeMap<String, String>| -> Vec<String> {
+        let mut r: Vec<String> = files
+            .values()
+            .flat_map(|b| b.lines().map(str::to_string))
+            .collect();
+        r.sort();
+        r
+    };
+    assert_eq!(rows(&first), vec!["11", "12", "13"]);
+    // Again in the same data directory after DROP SINK, then from another one.
+    run(
+        &first_dir,
+        &format!(
+            "DROP SINK s; {}",
+            script(0).replace("CREATE TABLE", "CREATE OR REPLACE TABLE")
+        ),
+    );
+    run(&tmp.path().join("second"), &script(120));
+    let all = parts();
+    for (name, body) in &first {
+        assert_eq!(all.get(name), Some(body), "{name} of the first run changed");
+    }
+    let mut expected: Vec<String> = ["11", "12", "13", "13"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain((1..=13).filter(|&i| i != 4).map(|i| i.to_string()))
+        .collect();
+    expected.sort();
+    assert_eq!(rows(&all), expected, "every run's rows, each once: {all:?}");
+}

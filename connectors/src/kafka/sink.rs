@@ -78,6 +78,10 @@ const RESTART_ALLOWANCE: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct SinkContext {
     pub job: String,
+    /// This creation of the job (empty for jobs recorded before it existed). File sinks name
+    /// their parts with it, so a sink created again under the same name and path (after DROP
+    /// SINK, or from another data directory) never renames over, or deletes, this one's files.
+    pub run_id: String,
     /// The job's directory (durable jobs).
     pub job_dir: Option<PathBuf>,
     pub exactly_once: bool,

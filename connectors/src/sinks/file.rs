@@ -7,7 +7,10 @@
 //! `part-<job>-<instance>-<n>.<ext>` (and syncs the directory). A reader that ignores names
 //! starting with `.` sees only committed files, each row once. On restart the committer
 //! renames what the restored checkpoint pre-committed (a rename already done is skipped) and
-//! deletes every other staged file of the job.
+//! deletes every other staged file of the job. `<job>` is the sink's name and the run id of its
+//! creation, so a sink created again under the same name and path (after DROP SINK, or from
+//! another data directory) writes parts of its own and never renames over, or deletes, the
+//! earlier one's.
 //!
 //! At-least-once: rows are written straight to visible part files (one per epoch and run),
 //! each batch with one write, so a crash never leaves half a row; a replay may repeat rows.

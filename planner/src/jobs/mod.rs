@@ -9,7 +9,7 @@
 
 mod record;
 
-pub use record::{job_dir, JobRecord, JobSettings, JobState};
+pub use record::{job_dir, new_run_id, JobRecord, JobSettings, JobState};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

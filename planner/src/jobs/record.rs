@@ -127,6 +127,18 @@ pub struct JobRecord {
     pub base_dir: PathBuf,
     pub state: JobState,
     pub error: Option<String>,
+    /// Identifies this creation of the job (see `SinkContext::run_id`); empty in records
+    /// written before it existed.
+    #[serde(default)]
+    pub run_id: String,
+}
+
+/// A new run id: the creation time in nanoseconds, in hex.
+pub fn new_run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}", nanos as u64 ^ ((std::process::id() as u64) << 48))
 }
 
 /// A directory of a job under the data directory.
@@ -198,6 +210,7 @@ mod tests {
             base_dir: PathBuf::from("/work"),
             state: JobState::Stopped,
             error: None,
+            run_id: "1a2b".into(),
         };
         record.save(dir.path()).unwrap();
         let (loaded, problems) = JobRecord::load_all(dir.path()).unwrap();
@@ -206,6 +219,7 @@ mod tests {
         assert_eq!(loaded[0].settings, record.settings);
         assert_eq!(loaded[0].state, JobState::Stopped);
         assert_eq!(loaded[0].statement, record.statement);
+        assert_eq!(loaded[0].run_id, "1a2b");
         let text = std::fs::read_to_string(dir.path().join("jobs/s/job.json")).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["settings"]["checkpoint_interval_ms"], 250);

@@ -150,6 +150,7 @@ impl Session {
     fn plan_sink(
         &mut self,
         name: &str,
+        run_id: &str,
         query: Box<Query>,
         settings: &JobSettings,
         mut options: Vec<(String, String)>,
@@ -198,6 +199,7 @@ impl Session {
                 &options,
                 &SinkContext {
                     job: name.to_string(),
+                    run_id: run_id.to_string(),
                     job_dir,
                     exactly_once: settings.exactly_once,
                     checkpoint_interval: settings.checkpoint_interval,
@@ -357,7 +359,8 @@ impl Session {
             return Err(PlanError::TableExists(name));
         }
         let settings = self.job_settings(&mut options)?;
-        let (graph, schema) = self.plan_sink(&name, query, &settings, options, view)?;
+        let run_id = crate::jobs::new_run_id();
+        let (graph, schema) = self.plan_sink(&name, &run_id, query, &settings, options, view)?;
         let record = JobRecord {
             name: name.clone(),
             statement: text.trim().to_string(),
@@ -366,6 +369,7 @@ impl Session {
             base_dir: self.base_dir(),
             state: JobState::Running,
             error: None,
+            run_id,
         };
         let dir = job_dir(&data_dir, &name);
         if dir.exists() {
@@ -465,7 +469,14 @@ impl Session {
         let view = matches!(job.target, JobTarget::View(_));
         let mut options = job.options;
         scratch.job_settings(&mut options)?;
-        scratch.plan_sink(&record.name, job.query, &record.settings, options, view)
+        scratch.plan_sink(
+            &record.name,
+            &record.run_id,
+            job.query,
+            &record.settings,
+            options,
+            view,
+        )
     }
 
     /// CANCEL JOB name: stops the job with a final checkpoint; it resumes at the next start.
