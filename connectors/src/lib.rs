@@ -12,6 +12,7 @@ pub mod options;
 pub mod pg_types;
 pub mod quote;
 pub mod rate;
+pub mod redact;
 pub mod sinks;
 
 use std::sync::Arc;

@@ -9,6 +9,17 @@ use std::path::Path;
 /// Replaces `path` with `bytes` atomically and durably; the directory must exist. On failure
 /// the temporary file is removed and `path` is unchanged.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_with_mode(path, bytes, 0o644)
+}
+
+/// [`atomic_write`] of a file only its owner may read or write (mode 0600 from its creation:
+/// there is no moment at which others could open it).
+pub fn atomic_write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_with_mode(path, bytes, 0o600)
+}
+
+fn write_with_mode(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -18,7 +29,12 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
     let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;

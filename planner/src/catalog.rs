@@ -58,7 +58,7 @@ pub struct ViewDef {
 
 /// Tables and views by name (names are case-insensitive unless quoted, as in SQL; stored
 /// lowercased). Views are kept in the order they were created: one may read another.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Catalog {
     tables: BTreeMap<String, TableDef>,
     views: Vec<ViewDef>,
@@ -83,8 +83,8 @@ impl Catalog {
             Ok(text) => crate::sql::split_statements(&text)
                 .0
                 .into_iter()
-                .map(|s| s.text)
-                .collect(),
+                .map(|s| crate::secrets::unseal(dir, &s.text))
+                .collect::<Result<Vec<_>>>()?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => {
                 return Err(PlanError::io(
@@ -167,9 +167,11 @@ impl Catalog {
         let Some(file) = &self.file else {
             return Ok(());
         };
+        let dir = file.parent().unwrap_or(Path::new("."));
         let mut text = String::new();
         for ddl in self.ddl_statements() {
-            text.push_str(&ddl);
+            // Passwords are kept apart, in the data directory's private secrets file.
+            text.push_str(&crate::secrets::seal(dir, &ddl)?);
             text.push_str(";\n");
         }
         weir_engine::atomic_file::atomic_write(file, text.as_bytes())

@@ -115,6 +115,7 @@ impl PlanError {
             PlanError::DataFusion(_) | PlanError::Invalid(_) => "42000",
             PlanError::Connector(_) => "22023",
             PlanError::Engine(e) => match e.root() {
+                EngineError::DataFusion(e) => execution_sqlstate(e),
                 EngineError::BadInput(_) => "22P02",
                 EngineError::Cancelled => "57014",
                 EngineError::External(_) => "58000",
@@ -125,6 +126,22 @@ impl PlanError {
             PlanError::TooComplex(_) => "54001",
             PlanError::Internal(_) => "XX000",
         }
+    }
+}
+
+/// The SQLSTATE of an error DataFusion met while computing a result.
+fn execution_sqlstate(e: &DataFusionError) -> &'static str {
+    use datafusion::arrow::error::ArrowError;
+    match e.find_root() {
+        DataFusionError::ResourcesExhausted(_) => "53200",
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            ArrowError::DivideByZero => "22012",
+            ArrowError::ArithmeticOverflow(_) => "22003",
+            ArrowError::CastError(_) | ArrowError::ParseError(_) => "22P02",
+            _ => "22000",
+        },
+        DataFusionError::Execution(_) => "22000",
+        _ => "XX000",
     }
 }
 

@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod context;
 pub mod error;
 pub mod jobs;
+pub mod secrets;
 pub mod session;
 pub mod sql;
 pub mod stream_plan;

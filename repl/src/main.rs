@@ -51,8 +51,10 @@ enum Command {
         /// Address to listen on (port 0: any free port, printed at start).
         #[arg(long, default_value = "127.0.0.1:6875")]
         listen: std::net::SocketAddr,
-        /// Wire sessions read and write files only under this directory (default: the data
-        /// directory); relative paths resolve against it.
+        /// Wire sessions read and write files only under this directory (default: the
+        /// working directory); relative paths resolve against it. The data directory's own
+        /// files (job records, catalog, secrets, checkpoints) are never reachable, and the
+        /// rest of the data directory only when the file root lies inside it.
         #[arg(long)]
         file_root: Option<PathBuf>,
         /// Require this password (SCRAM-SHA-256) from clients. Also read from WEIR_PASSWORD.
@@ -85,10 +87,10 @@ fn main() -> ExitCode {
         allow_insecure,
     }) = cli.command
     {
-        let Some(data_dir) = cli.data_dir.clone() else {
+        if cli.data_dir.is_none() {
             eprintln!("error: weir serve needs --data-dir DIR");
             return ExitCode::from(2);
-        };
+        }
         if !listen.ip().is_loopback() && password.is_none() && !allow_insecure {
             eprintln!(
                 "error: --listen {listen} accepts clients from other machines, and without a password \
@@ -99,7 +101,7 @@ fn main() -> ExitCode {
         }
         let options = server::ServeOptions {
             listen,
-            file_root: file_root.unwrap_or_else(|| data_dir.clone()),
+            file_root: file_root.unwrap_or_else(|| PathBuf::from(".")),
             config,
             password,
         };
@@ -119,8 +121,11 @@ fn main() -> ExitCode {
         }
         config.resume_parallelism = cli.parallelism;
     }
+    // A script runs its own jobs; the data directory's others wait for weir resume.
+    config.resume_jobs = cli.file.is_none() || resume;
     // Installed before jobs resume, so Ctrl-C stops them with a checkpoint.
-    let interrupted = (resume || cli.file.is_some()).then(runner::install_interrupt_handler);
+    let interrupted = (resume || cli.file.is_some())
+        .then(|| runner::install_interrupt_handler(runner::SignalMode::Batch, None));
     let (mut session, warnings) = match Session::open(config) {
         Ok(s) => s,
         Err(e) => {
@@ -149,12 +154,14 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let interrupted = interrupted.unwrap_or_else(runner::install_interrupt_handler);
+            let interrupted = interrupted.unwrap_or_else(|| {
+                runner::install_interrupt_handler(runner::SignalMode::Batch, None)
+            });
             let mut runner = runner::Runner::new(&mut session, cli.format, interrupted);
-            if runner.run_script(&script, &path.display().to_string()) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
+            match runner.run_script(&script, &path.display().to_string()) {
+                runner::ScriptEnd::Done => ExitCode::SUCCESS,
+                runner::ScriptEnd::Failed => ExitCode::FAILURE,
+                runner::ScriptEnd::Interrupted => ExitCode::from(130),
             }
         }
         None => {

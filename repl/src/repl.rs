@@ -9,7 +9,7 @@ use weir_planner::sql::{split_statements, StatementText};
 use weir_planner::Session;
 
 use crate::output::Format;
-use crate::runner::{install_interrupt_handler, Runner};
+use crate::runner::{install_interrupt_handler, terminated, Runner, SignalMode};
 
 const HELP: &str = r#"Statements end with ';' and may span several lines.
   CREATE TABLE t (col TYPE, ..., WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
@@ -36,7 +36,18 @@ pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
     }
     // After the editor: it installs its own SIGINT handler when created. While a line is read
     // the terminal is raw and Ctrl-C is a key; while a query runs it is a signal for us.
-    let interrupted = install_interrupt_handler();
+    let stopper = session.fork(session.config().clone());
+    let stopper = std::sync::Mutex::new(stopper);
+    let interrupted = install_interrupt_handler(
+        SignalMode::Interactive,
+        Some(Box::new(move || {
+            eprintln!("terminated: stopping the jobs with a final checkpoint");
+            if let Ok(mut s) = stopper.lock() {
+                let _ = s.stop_jobs();
+            }
+            std::process::exit(143);
+        })),
+    );
     println!(
         "weir {} — streaming SQL. Type \\? for help, \\q to quit.",
         env!("CARGO_PKG_VERSION")
@@ -79,10 +90,18 @@ pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
                     continue;
                 }
                 remember(&mut editor, buffer.trim(), history.as_deref());
+                runner.clear_interrupt();
                 for stmt in statements {
                     if let Err(e) = runner.run_statement(&stmt) {
                         eprintln!("error: {e:#}");
                     }
+                    // Ctrl-C cancelled it: the statements after it on the line do not run.
+                    if runner.interrupted() {
+                        break;
+                    }
+                }
+                if terminated() {
+                    break;
                 }
                 buffer = tail.map(|t| t.text).unwrap_or_default();
             }
@@ -99,6 +118,14 @@ pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
     if let Some(h) = &history {
         let _ = editor.save_history(h);
     }
+    drop(runner);
+    // Leaving the REPL stops the jobs with a final checkpoint (the next start resumes them).
+    if session.has_running_jobs() {
+        eprintln!("stopping the jobs with a final checkpoint");
+        if let Err(e) = session.stop_jobs() {
+            eprintln!("error: {e}");
+        }
+    }
 }
 
 /// Adds an entry to the history and writes the history file at once, so a crash or a kill
@@ -111,6 +138,7 @@ fn remember(editor: &mut DefaultEditor, entry: &str, history: Option<&std::path:
 }
 
 fn run_one(runner: &mut Runner, text: &str) {
+    runner.clear_interrupt();
     let stmt = StatementText {
         text: text.to_string(),
         line: 1,

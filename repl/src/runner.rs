@@ -4,7 +4,7 @@
 //! to stderr.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::Result;
 use crossbeam_channel::{select, Receiver};
@@ -14,19 +14,92 @@ use weir_planner::{QueryRun, Session, StatementResult};
 
 use crate::output::{render_table, Format, ResultWriter, StreamingTable};
 
-/// Ctrl-C while a query runs cancels the query (the REPL itself reads Ctrl-C as a key).
-/// Each Ctrl-C is one message on the returned channel (at most one waits unread).
-pub fn install_interrupt_handler() -> Receiver<()> {
+/// Signals received (SIGINT and SIGTERM).
+static SIGNALS: AtomicUsize = AtomicUsize::new(0);
+/// Set once SIGTERM came.
+static TERMINATED: AtomicBool = AtomicBool::new(false);
+
+/// How the process reacts to signals.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum SignalMode {
+    /// `weir -f`, `weir resume`: the first Ctrl-C or SIGTERM cancels the running query,
+    /// ends the script and stops the jobs with a final checkpoint; a second one ends the
+    /// process at once (130), as the shells do.
+    Batch,
+    /// The REPL: Ctrl-C cancels the running query (at the prompt it is a key the line
+    /// editor reads); SIGTERM cancels it and ends the REPL, jobs stopped with a final
+    /// checkpoint.
+    Interactive,
+}
+
+/// Installs the handlers; each signal is one message on the returned channel (at most one
+/// waits unread). `on_terminate` runs when SIGTERM comes in the interactive mode while no
+/// statement runs (the line editor blocks the main thread): it stops the jobs and exits.
+pub fn install_interrupt_handler(
+    mode: SignalMode,
+    on_terminate: Option<Box<dyn Fn() + Send>>,
+) -> Receiver<()> {
     let (tx, rx) = crossbeam_channel::bounded(1);
+    let sigint = tx.clone();
     if ctrlc::set_handler(move || {
-        let _ = tx.try_send(());
+        let n = SIGNALS.fetch_add(1, Ordering::SeqCst) + 1;
+        if mode == SignalMode::Batch && n >= 2 {
+            eprintln!("interrupted again: exiting without a final checkpoint");
+            std::process::exit(130);
+        }
+        let _ = sigint.try_send(());
     })
     .is_err()
     {
         eprintln!("warning: cannot install the Ctrl-C handler");
     }
+    let spawned = std::thread::Builder::new()
+        .name("weir-sigterm".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let Ok(mut term) = signal(SignalKind::terminate()) else {
+                    return;
+                };
+                while term.recv().await.is_some() {
+                    TERMINATED.store(true, Ordering::SeqCst);
+                    let n = SIGNALS.fetch_add(1, Ordering::SeqCst) + 1;
+                    if mode == SignalMode::Batch && n >= 2 {
+                        eprintln!("terminated again: exiting without a final checkpoint");
+                        std::process::exit(143);
+                    }
+                    let _ = tx.try_send(());
+                    if let Some(stop) = &on_terminate {
+                        // Give a running statement the moment to notice and end the REPL
+                        // itself; at the prompt nothing will.
+                        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                        if !STATEMENT_RUNNING.load(Ordering::SeqCst) {
+                            stop();
+                        }
+                    }
+                }
+            });
+        });
+    if spawned.is_err() {
+        eprintln!("warning: cannot install the SIGTERM handler");
+    }
     rx
 }
+
+/// Whether SIGTERM came (the process should end once the running statement stopped).
+pub fn terminated() -> bool {
+    TERMINATED.load(Ordering::SeqCst)
+}
+
+/// Set while the runner runs a statement (the REPL's SIGTERM handler leaves ending the
+/// process to it then).
+static STATEMENT_RUNNING: AtomicBool = AtomicBool::new(false);
 
 /// Set once a write to stdout failed because its reader went away (`weir -f q.sql | head`).
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
@@ -59,10 +132,21 @@ pub fn stdout_closed() -> bool {
     STDOUT_CLOSED.load(Ordering::Relaxed)
 }
 
+/// How a script ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptEnd {
+    Done,
+    Failed,
+    /// A signal stopped it (exit status 130).
+    Interrupted,
+}
+
 pub struct Runner<'a> {
     session: &'a mut Session,
     format: Format,
     interrupt: Receiver<()>,
+    /// A signal came while the last statement ran (it was cancelled).
+    interrupted: bool,
 }
 
 impl<'a> Runner<'a> {
@@ -71,12 +155,22 @@ impl<'a> Runner<'a> {
             session,
             format,
             interrupt,
+            interrupted: false,
         }
     }
 
     /// Forgets a Ctrl-C pressed before now (e.g. at the prompt).
-    fn clear_interrupt(&self) {
+    pub fn clear_interrupt(&mut self) {
         while self.interrupt.try_recv().is_ok() {}
+        self.interrupted = false;
+    }
+
+    /// Whether a signal came while the last statement ran, or since.
+    pub fn interrupted(&mut self) -> bool {
+        if self.interrupt.try_recv().is_ok() {
+            self.interrupted = true;
+        }
+        self.interrupted
     }
 
     /// Prints a status line: stdout for tables, stderr otherwise.
@@ -89,33 +183,64 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    /// Runs a whole script; stops at the first failing statement. Then waits for the sink
-    /// jobs to end (bounded ones finish; Ctrl-C stops the others with a final checkpoint).
-    /// Returns whether all succeeded.
-    pub fn run_script(&mut self, script: &str, name: &str) -> bool {
+    /// Runs a whole script; stops at the first failing statement, or at a signal (Ctrl-C,
+    /// SIGTERM: the running query is cancelled, no later statement runs). Then waits for the
+    /// sink jobs to end (bounded ones finish; after a signal, or at one, they stop with a
+    /// final checkpoint).
+    pub fn run_script(&mut self, script: &str, name: &str) -> ScriptEnd {
         let (mut statements, tail) = split_statements(script);
         statements.extend(tail);
         for stmt in &statements {
+            if self.interrupted() {
+                break;
+            }
             if let Err(e) = self.run_statement(stmt) {
                 if stdout_closed() {
                     // The reader of the output has gone (`| head`): nothing more can be shown,
                     // which is no failure. The query was stopped; jobs go on as usual.
                     break;
                 }
+                if self.interrupted() {
+                    break;
+                }
                 eprintln!("error: {name}:{}: {e:#}", stmt.line);
-                return false;
+                return ScriptEnd::Failed;
             }
         }
-        self.wait_for_jobs()
+        if self.interrupted() {
+            eprintln!(
+                "interrupted: the rest of the script does not run; jobs stop with a final checkpoint"
+            );
+            self.finish_jobs(true);
+            return ScriptEnd::Interrupted;
+        }
+        if self.wait_for_jobs() {
+            ScriptEnd::Done
+        } else {
+            ScriptEnd::Failed
+        }
     }
 
     /// Waits for the session's sink jobs; reports how each ended. Returns whether none failed.
     pub fn wait_for_jobs(&mut self) -> bool {
+        self.finish_jobs(false)
+    }
+
+    /// Waits for the jobs (`stop`: stops them at once with a final checkpoint) and reports
+    /// how each ended; whether none failed.
+    fn finish_jobs(&mut self, stop: bool) -> bool {
         if !self.session.has_running_jobs() {
             return true;
         }
-        self.clear_interrupt();
-        match self.session.wait_for_jobs(&self.interrupt) {
+        let interrupt = if stop {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let _ = tx.send(());
+            rx
+        } else {
+            self.clear_interrupt();
+            self.interrupt.clone()
+        };
+        match self.session.wait_for_jobs(&interrupt) {
             Ok(jobs) => {
                 let mut ok = true;
                 for (name, state, error) in jobs {
@@ -144,7 +269,13 @@ impl<'a> Runner<'a> {
 
     /// Runs one statement and prints its result.
     pub fn run_statement(&mut self, stmt: &StatementText) -> Result<()> {
-        self.clear_interrupt();
+        STATEMENT_RUNNING.store(true, Ordering::SeqCst);
+        let result = self.run_statement_inner(stmt);
+        STATEMENT_RUNNING.store(false, Ordering::SeqCst);
+        result
+    }
+
+    fn run_statement_inner(&mut self, stmt: &StatementText) -> Result<()> {
         // A bug must not take the session down with it: report it like any error.
         let session = &mut *self.session;
         let result =
@@ -201,6 +332,7 @@ impl<'a> Runner<'a> {
             let event = select! {
                 recv(events) -> event => event,
                 recv(self.interrupt) -> _ => {
+                    self.interrupted = true;
                     job.cancel();
                     drop(events);
                     let _ = job.wait();

@@ -451,3 +451,180 @@ fn a_sink_created_again_over_the_same_path_leaves_earlier_parts_alone() {
     expected.sort();
     assert_eq!(rows(&all), expected, "every run's rows, each once: {all:?}");
 }
+
+fn signal(child: &std::process::Child, name: &str) {
+    let status = Command::new("kill")
+        .args([name, &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+}
+
+/// Waits (at most `limit`) for the child to exit; its status and stderr.
+fn wait_exit(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+    what: &str,
+) -> (std::process::ExitStatus, String) {
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what}: weir still runs after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        std::io::Read::read_to_string(&mut e, &mut stderr).unwrap();
+    }
+    (status, stderr)
+}
+
+fn spawn_script(script: &Path, extra: &[&str]) -> std::process::Child {
+    use std::process::Stdio;
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("-f")
+        .arg(script)
+        .args(extra)
+        .current_dir(workspace())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weir")
+}
+
+const ENDLESS_BIDS: &str = "CREATE TABLE bid (auction BIGINT, price BIGINT) \
+     WITH (connector = 'nexmark', stream = 'bid', rate = '2000');";
+
+/// Ctrl-C in `weir -f` cancels the running query and ends the script (the next statement
+/// used to run); SIGTERM stops the jobs with a final checkpoint (it used to kill them
+/// without one); a second signal ends the process at once, even in a statement that cannot
+/// be cancelled (a connect to a server that never answers).
+#[test]
+fn signals_end_a_script_and_stop_its_jobs_with_a_checkpoint() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = tempfile::tempdir().unwrap();
+    // 1. Ctrl-C during a query: cancelled, the script stops there, exit 130.
+    let script = dir.path().join("query.sql");
+    std::fs::write(
+        &script,
+        format!("{ENDLESS_BIDS}\nSELECT auction FROM bid;\nSELECT 'went on' AS marker;\n"),
+    )
+    .unwrap();
+    let mut child = spawn_script(&script, &["--format", "csv"]);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first.trim(), "auction");
+    signal(&child, "-INT");
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let (status, stderr) = wait_exit(child, std::time::Duration::from_secs(30), "Ctrl-C");
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(!rest.contains("went on"), "the script went on after Ctrl-C");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+
+    // 2. SIGTERM while the script waits for its endless sink job: a final checkpoint.
+    let data = dir.path().join("data");
+    let out = dir.path().join("out");
+    let script = dir.path().join("sink.sql");
+    std::fs::write(
+        &script,
+        format!(
+            "{ENDLESS_BIDS}\nSET checkpoint_interval = '200ms';\n\
+             CREATE SINK s WITH (connector = 'file', path = '{}', format = 'csv') \
+             AS SELECT auction, price FROM bid;\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    let child = spawn_script(&script, &["--data-dir", data.to_str().unwrap()]);
+    let manifests = data.join("jobs/s/checkpoints");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_dir(&manifests).map_or(0, |d| d.count()) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    signal(&child, "-TERM");
+    let (status, stderr) = wait_exit(child, std::time::Duration::from_secs(30), "SIGTERM");
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(stderr.contains("job s: stopped"), "{stderr}");
+    let record = std::fs::read_to_string(data.join("jobs/s/job.json")).unwrap();
+    assert!(record.contains("\"stopped\""), "{record}");
+    // The stop checkpoint committed what it pre-committed: nothing is left staged.
+    let staged: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(staged.is_empty(), "{staged:?}");
+
+    // 3. `weir -f` on that data directory runs its own script and does not resume the
+    //    stopped endless job (it used to, and then waited for it forever).
+    let small = dir.path().join("small.sql");
+    std::fs::write(&small, "SELECT 1 AS one;\n").unwrap();
+    let child = spawn_script(
+        &small,
+        &["--data-dir", data.to_str().unwrap(), "--format", "csv"],
+    );
+    let (status, stderr) = wait_exit(child, std::time::Duration::from_secs(30), "-f over jobs");
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        stderr.contains("job s is not resumed by weir -f"),
+        "{stderr}"
+    );
+
+    // 4. A second Ctrl-C ends the process at once, here while the first one's stop waits
+    //    for a job whose restart the fault hook holds for 20 s.
+    let data2 = dir.path().join("data2");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("-f")
+        .arg(&script)
+        .args(["--data-dir", data2.to_str().unwrap()])
+        .env("WEIR_FAULT", "fail_commit:2,pause_restart:20000")
+        .current_dir(workspace())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("pausing the restart"))
+    {
+        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("the job did not fail and pause: {seen:?}"),
+        }
+    }
+    signal(&child, "-INT");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first Ctrl-C ended it: {seen:?}"
+    );
+    let started = std::time::Instant::now();
+    signal(&child, "-INT");
+    let (status, _) = wait_exit(child, std::time::Duration::from_secs(15), "second Ctrl-C");
+    seen.extend(rx.try_iter());
+    assert_eq!(status.code(), Some(130), "{seen:?}");
+    assert!(
+        seen.iter().any(|l| l.contains("interrupted again")),
+        "{seen:?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}

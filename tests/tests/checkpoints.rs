@@ -119,12 +119,14 @@ fn failed_checkpoints_fail_alone_and_the_job_goes_on() {
     assert_eq!(sorted(committed_lines(&out)), straight_rows());
 }
 
+/// CANCEL JOB is final: the job stops at a checkpoint (what it committed is a part of the
+/// straight result, each row once) and the next start does not resume it.
 #[test]
-fn cancel_job_stops_at_a_checkpoint_and_the_next_start_resumes_it() {
+fn cancel_job_stops_at_a_checkpoint_for_good() {
     let work = tempfile::tempdir().unwrap();
     let data = work.path().join("data");
     let out = work.path().join("out");
-    {
+    let committed = {
         let mut s = durable_session(&data);
         execute(&mut s, &events_ddl(20)).unwrap();
         execute(&mut s, "SET checkpoint_interval = '30ms'").unwrap();
@@ -138,16 +140,31 @@ fn cancel_job_stops_at_a_checkpoint_and_the_next_start_resumes_it() {
         std::thread::sleep(Duration::from_millis(250));
         execute(&mut s, "CANCEL JOB s").unwrap();
         let jobs = show_jobs(&mut s);
-        assert_eq!(jobs[0][1], "stopped", "{jobs:?}");
+        assert_eq!(jobs[0][1], "cancelled", "{jobs:?}");
         assert!(jobs[0][2].parse::<u64>().unwrap() >= 1, "{jobs:?}");
         let err = execute(&mut s, "CANCEL JOB s").err().unwrap();
         assert!(err.to_string().contains("no running job named s"), "{err}");
+        sorted(committed_lines(&out))
+    };
+    let all = straight_rows();
+    assert!(
+        committed.len() < all.len(),
+        "the job ran to its end before the cancel"
+    );
+    let mut rest = all.clone();
+    for row in &committed {
+        let at = rest
+            .iter()
+            .position(|r| r == row)
+            .unwrap_or_else(|| panic!("{row} committed but not in the result, or twice"));
+        rest.remove(at);
     }
-    // A new session on the same data directory resumes the stopped job.
+    // A new session on the same data directory does not resume it.
     let mut s = durable_session(&data);
-    wait_jobs(&mut s);
-    assert_eq!(show_jobs(&mut s)[0][1], "finished");
-    assert_eq!(sorted(committed_lines(&out)), straight_rows());
+    assert!(!s.has_running_jobs());
+    assert_eq!(show_jobs(&mut s)[0][1], "cancelled");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(sorted(committed_lines(&out)), committed);
     execute(&mut s, "DROP SINK s").unwrap();
     assert!(!data.join("jobs/s").exists());
     assert!(show_jobs(&mut s).is_empty());
@@ -177,7 +194,7 @@ fn a_quoted_sink_name_keeps_its_case_in_every_statement() {
         "{err}"
     );
     execute(&mut s, "CANCEL JOB \"Top\"").unwrap();
-    assert_eq!(show_jobs(&mut s)[0][1], "stopped");
+    assert_eq!(show_jobs(&mut s)[0][1], "cancelled");
     let err = execute(&mut s, "DROP SINK top").err().unwrap();
     assert!(err.to_string().contains("no sink named top"), "{err}");
     execute(&mut s, "DROP SINK \"Top\"").unwrap();

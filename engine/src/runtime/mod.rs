@@ -27,7 +27,7 @@ use crate::state::{RestoreSet, RocksDbStateBackend, StateBackend, TaskState};
 pub use chain::Chain;
 pub use input_gate::{GateEvent, InputGate};
 pub use outlet::{partition_of_rows, Outlet, TaskExit};
-pub use spawn::spawn_job;
+pub use spawn::{spawn_job, spawn_thread_job, ThreadJob};
 pub use supervisor::{spawn_supervised, RestartPolicy, SupervisedJob};
 use task::JobShared;
 

@@ -445,3 +445,59 @@ impl Launch<'_> {
             .create(info, restored.map(|p| p.position.as_slice()))
     }
 }
+
+/// What the body of a [`spawn_thread_job`] sees: whether the job was cancelled, and its
+/// counters.
+pub struct ThreadJob {
+    shared: Arc<JobShared>,
+    metrics: Arc<JobMetrics>,
+}
+
+impl ThreadJob {
+    /// Whether [`JobHandle::cancel`] was called; the body returns soon after it was.
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.cancel.load(Ordering::Relaxed)
+    }
+
+    pub fn metrics(&self) -> &JobMetrics {
+        &self.metrics
+    }
+}
+
+/// Runs `body` on a thread of its own as a job of one task, so that what waits for, cancels
+/// or reads a dataflow job does the same to it (a query DataFusion computes at once: one
+/// without tables). `body` polls [`ThreadJob::is_cancelled`]; its error is the job's.
+pub fn spawn_thread_job(
+    name: &str,
+    body: impl FnOnce(&ThreadJob) -> Result<()> + Send + 'static,
+) -> Result<JobHandle> {
+    let job = ThreadJob {
+        shared: Arc::new(JobShared::default()),
+        metrics: Arc::new(JobMetrics::default()),
+    };
+    let control = JobControl {
+        shared: Arc::clone(&job.shared),
+        metrics: Arc::clone(&job.metrics),
+        checkpoints: None,
+    };
+    let thread = std::thread::Builder::new()
+        .name(format!("{name}/0"))
+        .stack_size(TASK_STACK)
+        .spawn(move || {
+            // One task: its error is the job's, with nothing to locate.
+            if let Err(e) = body(&job) {
+                if let Ok(mut slot) = job.shared.error.lock() {
+                    slot.get_or_insert(e);
+                }
+                job.shared.cancel.store(true, Ordering::Relaxed);
+            }
+        })
+        .map_err(|e| EngineError::Internal(format!("cannot start a thread: {e}")))?;
+    Ok(JobHandle {
+        name: name.to_string(),
+        threads: vec![thread],
+        control,
+        restored: None,
+        notes: Vec::new(),
+    })
+}

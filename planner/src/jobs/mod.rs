@@ -216,14 +216,19 @@ impl JobManager {
         self.jobs.get(name).is_some_and(|j| j.handle.is_some())
     }
 
-    /// Stops a running job with a final checkpoint and waits for it; `false` if no job of
-    /// that name runs.
-    pub fn stop(&mut self, name: &str) -> Result<bool> {
+    /// CANCEL JOB: stops a running job with a final checkpoint, for good (its state is
+    /// deleted; the next start does not resume it); `false` if no job of that name runs.
+    pub fn cancel(&mut self, name: &str) -> Result<bool> {
         let Some(job) = self.jobs.get_mut(name).filter(|j| j.handle.is_some()) else {
             return Ok(false);
         };
         job.stop();
         job.finish(&self.data_dir)?;
+        if job.record.state == JobState::Stopped {
+            job.record.state = JobState::Cancelled;
+            job.record.save(&self.data_dir)?;
+            let _ = std::fs::remove_dir_all(job_dir(&self.data_dir, name).join("state"));
+        }
         Ok(true)
     }
 

@@ -16,8 +16,11 @@ use crate::error::{PlanError, Result};
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     Running,
-    /// Stopped with a final checkpoint (Ctrl-C, CANCEL JOB); resumed at the next start.
+    /// Stopped with a final checkpoint (Ctrl-C, SIGTERM); resumed at the next start.
     Stopped,
+    /// Stopped for good by CANCEL JOB (after a final checkpoint: what it committed stays);
+    /// never resumed.
+    Cancelled,
     /// Ran to its end; every result committed.
     Finished,
     /// Failed; resumed at the next start from its last checkpoint.
@@ -29,6 +32,7 @@ impl JobState {
         match self {
             JobState::Running => "running",
             JobState::Stopped => "stopped",
+            JobState::Cancelled => "cancelled",
             JobState::Finished => "finished",
             JobState::Failed => "failed",
         }
@@ -156,9 +160,25 @@ impl JobRecord {
         let dir = job_dir(data_dir, &self.name);
         std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e))?;
         let path = dir.join("job.json");
-        let text =
-            serde_json::to_string_pretty(self).map_err(|e| PlanError::Internal(e.to_string()))?;
+        // Passwords are kept apart, in the data directory's private secrets file.
+        let seal = |t: &String| crate::secrets::seal(data_dir, t);
+        let sealed = JobRecord {
+            statement: seal(&self.statement)?,
+            tables: self.tables.iter().map(seal).collect::<Result<_>>()?,
+            ..self.clone()
+        };
+        let text = serde_json::to_string_pretty(&sealed)
+            .map_err(|e| PlanError::Internal(e.to_string()))?;
         atomic_write(&path, text.as_bytes()).map_err(|e| io("write", &path, e))
+    }
+
+    /// The record with the passwords its statements refer to put back.
+    fn unsealed(mut self, data_dir: &Path) -> Result<Self> {
+        self.statement = crate::secrets::unseal(data_dir, &self.statement)?;
+        for t in &mut self.tables {
+            *t = crate::secrets::unseal(data_dir, t)?;
+        }
+        Ok(self)
     }
 
     /// Every job recorded under the data directory, by name; unreadable records are reported.
@@ -177,7 +197,8 @@ impl JobRecord {
             let path = entry.path().join("job.json");
             let parsed = std::fs::read_to_string(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|t| serde_json::from_str::<JobRecord>(&t).map_err(|e| e.to_string()));
+                .and_then(|t| serde_json::from_str::<JobRecord>(&t).map_err(|e| e.to_string()))
+                .and_then(|r| r.unsealed(data_dir).map_err(|e| e.to_string()));
             match parsed {
                 Ok(r) => jobs.push(r),
                 Err(e) => problems.push(format!("'{}' is unreadable: {e}", path.display())),

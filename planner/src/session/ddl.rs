@@ -21,8 +21,8 @@ use crate::{invalid, not_supported};
 
 impl Session {
     pub(super) fn show_tables(&self) -> StatementResult {
-        let rows = self
-            .catalog
+        let catalog = self.catalog();
+        let rows = catalog
             .tables()
             .map(|t| {
                 vec![
@@ -35,7 +35,7 @@ impl Session {
                 ]
             })
             .chain(
-                self.catalog
+                catalog
                     .views()
                     .map(|v| vec![v.name.clone(), "view".to_string(), String::new()]),
             )
@@ -52,34 +52,50 @@ impl Session {
                 "CREATE VIEW {name} (columns): name the columns with AS in the query"
             ));
         }
-        let exists = self.catalog.get(&name).is_some() || self.catalog.view(&name).is_some();
-        if exists {
+        // Whether the name is taken; `Ok(true)`: taken and IF NOT EXISTS says leave it.
+        let taken = |catalog: &crate::catalog::Catalog| {
+            if catalog.get(&name).is_none() && catalog.view(&name).is_none() {
+                return Ok(false);
+            }
             if view.if_not_exists {
-                return Ok(StatementResult::Command("CREATE VIEW".into()));
+                return Ok(true);
             }
-            if !(view.or_replace && self.catalog.view(&name).is_some()) {
-                return Err(PlanError::TableExists(name));
+            if view.or_replace && catalog.view(&name).is_some() {
+                return Ok(false);
             }
+            Err(PlanError::TableExists(name.clone()))
+        };
+        let catalog = self.catalog();
+        if taken(&catalog)? {
+            return Ok(StatementResult::Command("CREATE VIEW".into()));
         }
         let plan = {
-            let ctx = PlanningContext::new(&self.state, &self.catalog);
+            let ctx = PlanningContext::new(&self.state, &catalog);
             let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
             planner.sql_statement_to_plan(Statement::Query(view.query))?
         };
         let optimized = self.state.optimize(&plan)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
-        self.catalog.insert_view(ViewDef {
-            name,
+        let def = ViewDef {
+            name: name.clone(),
             schema,
             plan,
             optimized,
             ddl: text.trim().trim_end_matches(';').to_string(),
+        };
+        self.change_catalog(|catalog| {
+            // Checked again: another session may have taken the name meanwhile.
+            if !taken(catalog)? {
+                catalog.insert_view(def)?;
+            }
+            Ok(())
         })?;
         Ok(StatementResult::Command("CREATE VIEW".into()))
     }
 
     pub(super) fn describe(&self, name: &str) -> Result<StatementResult> {
-        if let Some(view) = self.catalog.view(name) {
+        let catalog = self.catalog();
+        if let Some(view) = catalog.view(name) {
             let rows = view
                 .schema
                 .fields()
@@ -98,8 +114,7 @@ impl Session {
                 rows,
             ));
         }
-        let def = self
-            .catalog
+        let def = catalog
             .get(name)
             .ok_or_else(|| PlanError::UnknownTable(name.to_string()))?;
         let rows = def
@@ -138,28 +153,37 @@ impl Session {
             options: mut pairs,
         } = ct;
         let declared_columns = columns.len();
-        if self.catalog.view(&name).is_some() {
-            return Err(PlanError::TableExists(name));
-        }
-        if self.catalog.get(&name).is_some() {
+        // Whether the name is taken; `Ok(true)`: taken and IF NOT EXISTS says leave it.
+        let taken = |catalog: &crate::catalog::Catalog| {
+            if catalog.view(&name).is_some() {
+                return Err(PlanError::TableExists(name.clone()));
+            }
+            if catalog.get(&name).is_none() {
+                return Ok(false);
+            }
             if if_not_exists {
-                return Ok(StatementResult::Command("CREATE TABLE".into()));
+                return Ok(true);
             }
             if !or_replace {
-                return Err(PlanError::TableExists(name));
+                return Err(PlanError::TableExists(name.clone()));
             }
+            Ok(false)
+        };
+        let catalog = self.catalog();
+        if taken(&catalog)? {
+            return Ok(StatementResult::Command("CREATE TABLE".into()));
         }
         let declared = if columns.is_empty() {
             None
         } else {
-            let ctx = PlanningContext::new(&self.state, &self.catalog);
+            let ctx = PlanningContext::new(&self.state, &catalog);
             let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
             Some(Arc::new(planner.build_schema(columns)?))
         };
         super::sinks::resolve_path(
             &mut pairs,
             self.config.base_dir.as_deref(),
-            self.config.file_root.as_deref(),
+            self.file_access(),
         )?;
         let late_name = self.take_late_rows_option(&name, &mut pairs, watermark.is_some())?;
         let options = Options::new(pairs);
@@ -191,26 +215,19 @@ impl Session {
             Some((late, true)) => with_option(text.trim(), "late_rows", late)?,
             _ => text.trim().to_string(),
         };
-        if let Some(old) = self.catalog.get(&name).and_then(|t| t.late_rows.clone()) {
-            if late_rows.as_ref().is_none_or(|l| l.name != old.name) {
-                self.catalog.remove(&old.name)?;
-            }
-        }
-        if let Some(late) = &late_rows {
-            self.catalog.insert(TableDef {
-                name: late.name.clone(),
-                schema: Arc::clone(&late.schema),
-                watermark: None,
-                proctime: None,
-                options: Options::new([("connector".to_string(), "late rows".to_string())]),
-                source: Arc::new(late.source()),
-                late_rows: None,
-                late_rows_of: Some(name.clone()),
-                ddl: String::new(),
-            })?;
-        }
-        self.catalog.insert(TableDef {
-            name,
+        let late_def = late_rows.as_ref().map(|late| TableDef {
+            name: late.name.clone(),
+            schema: Arc::clone(&late.schema),
+            watermark: None,
+            proctime: None,
+            options: Options::new([("connector".to_string(), "late rows".to_string())]),
+            source: Arc::new(late.source()),
+            late_rows: None,
+            late_rows_of: Some(name.clone()),
+            ddl: String::new(),
+        });
+        let def = TableDef {
+            name: name.clone(),
             schema,
             watermark,
             proctime,
@@ -219,6 +236,21 @@ impl Session {
             late_rows,
             late_rows_of: None,
             ddl,
+        };
+        self.change_catalog(|catalog| {
+            // Checked again: another session may have taken the name meanwhile.
+            if taken(catalog)? {
+                return Ok(());
+            }
+            if let Some(old) = catalog.get(&name).and_then(|t| t.late_rows.clone()) {
+                if def.late_rows.as_ref().is_none_or(|l| l.name != old.name) {
+                    catalog.remove(&old.name)?;
+                }
+            }
+            if let Some(late) = late_def {
+                catalog.insert(late)?;
+            }
+            catalog.insert(def)
         })?;
         Ok(StatementResult::Command("CREATE TABLE".into()))
     }
@@ -254,7 +286,7 @@ impl Session {
                 "table {table}: late_rows names the table itself; name another table"
             ));
         }
-        match self.catalog.get(&name) {
+        match self.catalog().get(&name) {
             Some(t) if t.late_rows_of.as_deref() == Some(table) => {}
             Some(t) => {
                 return Err(invalid!(
@@ -292,7 +324,7 @@ impl Session {
             .map(|d| d.join("late_rows").join(late));
         // Planned again (a restart, a recorded job): the rows are where they were.
         if let Some(existing) = self
-            .catalog
+            .catalog()
             .get(table)
             .and_then(|t| t.late_rows.as_ref())
             .filter(|l| l.name == late && dir.is_none())

@@ -1,12 +1,14 @@
 //! A session: settings, the catalog, and statement execution. Front ends (REPL, script runner,
 //! wire server, tests) hand it statement texts and render what comes back.
 
+mod constant;
 mod ddl;
 mod params;
 pub use params::{bind_params, parameter_list};
 mod settings;
 
 pub use settings::SERVER_VERSION;
+mod shared;
 mod sinks;
 
 use std::collections::BTreeMap;
@@ -21,7 +23,6 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::prelude::SessionContext;
 use datafusion::sql::planner::{ParserOptions, SqlToRel};
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 use weir_connectors::sinks::{ChannelSink, SinkEvent};
@@ -53,6 +54,10 @@ pub struct SessionConfig {
     pub base_dir: Option<PathBuf>,
     /// Parallelism of resumed jobs (`weir resume --parallelism`); `None`: as created.
     pub resume_parallelism: Option<usize>,
+    /// Whether opening the session resumes the data directory's unfinished jobs (the REPL,
+    /// `weir serve`, `weir resume`); `weir -f` runs only its script's (materialized views
+    /// stay readable either way).
+    pub resume_jobs: bool,
     /// Bytes of window state each task keeps in memory before spilling to its store.
     pub memory_budget: usize,
     /// `idle_timeout` of sources whose table sets none.
@@ -76,6 +81,7 @@ impl Default for SessionConfig {
             checkpoints_retained: 3,
             base_dir: None,
             resume_parallelism: None,
+            resume_jobs: true,
             memory_budget: weir_engine::runtime::DEFAULT_MEMORY_BUDGET,
             idle_timeout: None,
             late_rows: None,
@@ -131,18 +137,14 @@ pub enum StatementResult {
     Transaction(Transaction),
 }
 
-/// One user's session.
+/// One user's session: its settings and DataFusion state, over the catalog and jobs it
+/// shares with the sessions forked from it ([`Session::fork`]: one per wire connection).
 pub struct Session {
     config: SessionConfig,
     state: SessionState,
-    catalog: Catalog,
-    jobs_started: u64,
-    runtime: Option<tokio::runtime::Runtime>,
-    /// Sink jobs this session started or resumed, by name.
-    /// Sink and view jobs; `None` without a data directory (there are none then).
-    jobs: Option<crate::jobs::JobManager>,
-    /// Jobs that could not resume at start, with why.
-    resume_failures: Vec<String>,
+    shared: Arc<shared::Shared>,
+    /// The catalog the running statement reads: one snapshot for all of it.
+    pinned: Option<Arc<Catalog>>,
     /// The data directory of the job a scratch session plans again (views live there).
     view_data_dir: Option<PathBuf>,
     /// Values of `$1`, `$2`, ... while a statement with bound parameters runs.
@@ -187,11 +189,8 @@ impl Session {
         let mut session = Self {
             config,
             state: new_session_state(),
-            catalog,
-            jobs_started: 0,
-            runtime: None,
-            jobs,
-            resume_failures: Vec::new(),
+            shared: Arc::new(shared::Shared::new(catalog, jobs)),
+            pinned: None,
             view_data_dir: None,
             params: None,
         };
@@ -199,23 +198,52 @@ impl Session {
         for text in ddl {
             let stmt = StatementText { text, line: 1 };
             if let Err(e) = session.execute(&stmt) {
-                warnings.push(format!("could not restore `{}`: {e}", stmt.text));
+                warnings.push(format!(
+                    "could not restore `{}`: {e}",
+                    weir_connectors::redact::redact(&stmt.text)
+                ));
             }
         }
         Ok((session, warnings))
+    }
+
+    /// A new session over the same catalog and jobs, with settings of its own (a wire
+    /// connection). The statements of two sessions run at the same time.
+    pub fn fork(&self, config: SessionConfig) -> Self {
+        Self {
+            config,
+            state: new_session_state(),
+            shared: Arc::clone(&self.shared),
+            pinned: None,
+            view_data_dir: self.view_data_dir.clone(),
+            params: None,
+        }
     }
 
     pub fn config(&self) -> &SessionConfig {
         &self.config
     }
 
-    /// The settings, for front ends that keep one set per connection and swap it in.
     pub fn config_mut(&mut self) -> &mut SessionConfig {
         &mut self.config
     }
 
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+    /// The catalog as it is now (a snapshot: later changes do not show in it); while a
+    /// statement runs, the one it started with, and its own changes.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        match &self.pinned {
+            Some(c) => Arc::clone(c),
+            None => self.shared.catalog(),
+        }
+    }
+
+    /// Changes the shared catalog (all of `change` or nothing) and reads it from now on.
+    fn change_catalog<R>(&mut self, change: impl FnOnce(&mut Catalog) -> Result<R>) -> Result<R> {
+        let result = self.shared.change_catalog(change)?;
+        if self.pinned.is_some() {
+            self.pinned = Some(self.shared.catalog());
+        }
+        Ok(result)
     }
 
     /// Runs one statement.
@@ -231,6 +259,13 @@ impl Session {
         statement: WeirStatement,
         text: &str,
     ) -> Result<StatementResult> {
+        let outer = self.pinned.replace(self.shared.catalog());
+        let result = self.dispatch(statement, text);
+        self.pinned = outer;
+        result
+    }
+
+    fn dispatch(&mut self, statement: WeirStatement, text: &str) -> Result<StatementResult> {
         match statement {
             WeirStatement::Sql(statement) => self.execute_sql(*statement, text),
             WeirStatement::CreateTable(table) => self.create_table(*table, text),
@@ -263,7 +298,7 @@ impl Session {
             } => {
                 for name in &names {
                     let name = object_name(name)?;
-                    if !self.catalog.remove_view(&name)? && !if_exists {
+                    if !self.change_catalog(|c| c.remove_view(&name))? && !if_exists {
                         return Err(invalid!("no view named {name}"));
                     }
                 }
@@ -277,18 +312,21 @@ impl Session {
             } => {
                 for name in &names {
                     let name = object_name(name)?;
-                    if let Some(of) = self.catalog.get(&name).and_then(|t| t.late_rows_of.clone()) {
-                        return Err(invalid!(
-                            "{name} keeps the late rows of table {of}: it goes with DROP TABLE {of}, or CREATE OR REPLACE TABLE {of} without late_rows"
-                        ));
-                    }
-                    let late = self.catalog.get(&name).and_then(|t| t.late_rows.clone());
-                    if !self.catalog.remove(&name)? && !if_exists {
+                    let removed = self.change_catalog(|catalog| {
+                        if let Some(of) = catalog.get(&name).and_then(|t| t.late_rows_of.clone()) {
+                            return Err(invalid!(
+                                "{name} keeps the late rows of table {of}: it goes with DROP TABLE {of}, or CREATE OR REPLACE TABLE {of} without late_rows"
+                            ));
+                        }
+                        let late = catalog.get(&name).and_then(|t| t.late_rows.clone());
+                        if let Some(late) = late {
+                            // The rows stay on disk until a table keeps late rows there again.
+                            catalog.remove(&late.name)?;
+                        }
+                        catalog.remove(&name)
+                    })?;
+                    if !removed && !if_exists {
                         return Err(PlanError::UnknownTable(name));
-                    }
-                    if let Some(late) = late {
-                        // The rows stay on disk until a table keeps late rows there again.
-                        self.catalog.remove(&late.name)?;
                     }
                 }
                 Ok(StatementResult::Command("DROP TABLE".into()))
@@ -347,7 +385,8 @@ impl Session {
 
     /// SQL statement -> optimized logical plan.
     fn logical_plan(&self, statement: Statement) -> Result<LogicalPlan> {
-        let ctx = PlanningContext::new(&self.state, &self.catalog);
+        let catalog = self.catalog();
+        let ctx = PlanningContext::new(&self.state, &catalog);
         let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
         let plan = self.bind_params(planner.sql_statement_to_plan(statement)?)?;
         Ok(self.state.optimize(&plan)?)
@@ -363,8 +402,7 @@ impl Session {
     }
 
     fn next_job_name(&mut self) -> String {
-        self.jobs_started += 1;
-        format!("query-{}", self.jobs_started)
+        format!("query-{}", self.shared.next_query_number())
     }
 
     fn query(&mut self, statement: Statement) -> Result<StatementResult> {
@@ -376,7 +414,7 @@ impl Session {
         let (tx, rx) = crossbeam_channel::bounded(64);
         let schema = Arc::new(plan.schema().as_arrow().clone());
         let graph = StreamPlanner::new(
-            &self.catalog,
+            &self.catalog(),
             self.state.execution_props(),
             self.config.parallelism,
         )
@@ -393,23 +431,22 @@ impl Session {
         }))
     }
 
-    /// A query that reads no table (`SELECT 1`, `SELECT now()`) runs on DataFusion directly.
+    /// A query that reads no table (`SELECT 1`, `SELECT now()`) runs on DataFusion directly,
+    /// streamed and cancelled like any query.
     fn run_constant(&mut self, plan: LogicalPlan) -> Result<StatementResult> {
-        if self.runtime.is_none() {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .map_err(|e| PlanError::io("cannot start the query runtime", e))?;
-            self.runtime = Some(rt);
-        }
-        let ctx = SessionContext::new_with_state(self.state.clone());
+        let limit = result_limit(&plan)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
-        let rt = self
-            .runtime
-            .as_ref()
-            .ok_or_else(|| PlanError::Internal("no runtime".into()))?;
-        let batches =
-            rt.block_on(async move { ctx.execute_logical_plan(plan).await?.collect().await })?;
-        Ok(StatementResult::Rows(schema, batches))
+        let (tx, rx) = crossbeam_channel::bounded(16);
+        let name = self.next_job_name();
+        let job =
+            constant::spawn_constant(&name, &self.state, plan, self.config.memory_budget, tx)?;
+        Ok(StatementResult::Query(QueryRun {
+            schema,
+            events: rx,
+            job,
+            bounded: true,
+            limit,
+        }))
     }
 
     fn explain(&mut self, statement: Statement, analyze: bool) -> Result<StatementResult> {
@@ -426,7 +463,7 @@ impl Session {
         let (tx, rx) = crossbeam_channel::bounded(64);
         let name = self.next_job_name();
         let graph = StreamPlanner::new(
-            &self.catalog,
+            &self.catalog(),
             self.state.execution_props(),
             self.config.parallelism,
         )

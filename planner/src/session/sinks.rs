@@ -33,13 +33,33 @@ fn valid_job_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Where a session's `path` options may lead: under `root`, and (when the session has a
+/// data directory) never to the data directory's own files.
+#[derive(Clone, Copy)]
+pub(super) struct FileAccess<'a> {
+    pub root: &'a Path,
+    pub data_dir: Option<&'a Path>,
+}
+
+/// The entries of a data directory that are weir's own: job records (with their
+/// checkpoints), the catalog, the secrets, late rows. Names starting with `.` (temporary
+/// files of atomic writes) are too.
+const DATA_DIR_OWN: &[&str] = &[
+    "jobs",
+    "catalog.sql",
+    "secrets.json",
+    "late_rows",
+    "history",
+];
+
 /// Makes a relative `path` option absolute against `base` (when set: a job planned again
 /// resolves paths against the directory it was created in; otherwise paths stay as written
-/// and are relative to the working directory).
+/// and are relative to the working directory), and checks it against `access` (wire
+/// sessions).
 pub(super) fn resolve_path(
     options: &mut [(String, String)],
     base: Option<&Path>,
-    file_root: Option<&Path>,
+    access: Option<FileAccess<'_>>,
 ) -> Result<()> {
     for (k, v) in options.iter_mut() {
         if !k.eq_ignore_ascii_case("path") {
@@ -50,63 +70,97 @@ pub(super) fn resolve_path(
             Some(base) if path.is_relative() => base.join(path),
             _ => path.to_path_buf(),
         };
-        if let Some(root) = file_root {
-            check_under_root(&resolved, root, v)?;
+        if let Some(access) = access {
+            check_access(&resolved, access, v)?;
         }
         *v = resolved.to_string_lossy().into_owned();
     }
     Ok(())
 }
 
-/// Refuses a path that leads outside `root`, lexically (`..`) or through symbolic links.
-fn check_under_root(path: &Path, root: &Path, written: &str) -> Result<()> {
-    use std::path::Component;
-    let outside = || {
-        PlanError::PermissionDenied(format!(
-            "path '{written}' is outside the file root '{}'",
-            root.display()
-        ))
+/// Refuses a path that leads outside the file root, lexically (`..`) or through symbolic
+/// links, or into the data directory: to weir's own files there always, and anywhere in it
+/// unless the file root itself lies inside the data directory (the user chose that).
+fn check_access(path: &Path, access: FileAccess<'_>, written: &str) -> Result<()> {
+    let root = canonical_dir(access.root, "file root")?;
+    let full = real_path(path).ok_or_else(|| outside(written, &root))?;
+    if !full.starts_with(&root) {
+        return Err(outside(written, &root));
+    }
+    let Some(data) = access.data_dir else {
+        return Ok(());
     };
-    let root = root
-        .canonicalize()
-        .map_err(|e| PlanError::io(format!("file root '{}'", root.display()), e))?;
-    // Resolve `.` and `..` without touching the file system first.
+    let data = canonical_dir(data, "data directory")?;
+    let Ok(inside) = full.strip_prefix(&data) else {
+        return Ok(());
+    };
+    let own = inside.components().next().is_none_or(|c| {
+        let name = c.as_os_str().to_string_lossy();
+        name.starts_with('.') || DATA_DIR_OWN.contains(&name.as_ref())
+    });
+    if own || !root.starts_with(&data) {
+        return Err(PlanError::PermissionDenied(format!(
+            "path '{written}' leads into the data directory '{}', which holds job records, \
+             checkpoints and secrets; files are read and written elsewhere under the file root",
+            data.display()
+        )));
+    }
+    Ok(())
+}
+
+fn outside(written: &str, root: &Path) -> PlanError {
+    PlanError::PermissionDenied(format!(
+        "path '{written}' is outside the file root '{}'",
+        root.display()
+    ))
+}
+
+fn canonical_dir(dir: &Path, what: &str) -> Result<PathBuf> {
+    dir.canonicalize()
+        .map_err(|e| PlanError::io(format!("{what} '{}'", dir.display()), e))
+}
+
+/// `path` with `.` and `..` resolved without touching the file system, then links followed
+/// through the longest part that exists (a sink's file may not yet); `None` when `..` climbs
+/// above the root of the file system.
+fn real_path(path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
     let mut lexical = PathBuf::new();
     for c in path.components() {
         match c {
             Component::ParentDir => {
                 if !lexical.pop() {
-                    return Err(outside());
+                    return None;
                 }
             }
             Component::CurDir => {}
             other => lexical.push(other),
         }
     }
-    // Then follow links through the longest part that exists (a sink's file may not yet).
     let mut existing = lexical.as_path();
     let mut rest = Vec::new();
     let real = loop {
         match existing.canonicalize() {
             Ok(real) => break real,
-            Err(_) => match (existing.parent(), existing.file_name()) {
-                (Some(parent), Some(name)) => {
-                    rest.push(name.to_os_string());
-                    existing = parent;
-                }
-                _ => return Err(outside()),
-            },
+            Err(_) => {
+                rest.push(existing.file_name()?.to_os_string());
+                existing = existing.parent()?;
+            }
         }
     };
-    let full = rest.iter().rev().fold(real, |p, n| p.join(n));
-    if full.starts_with(&root) {
-        Ok(())
-    } else {
-        Err(outside())
-    }
+    Some(rest.iter().rev().fold(real, |p, n| p.join(n)))
 }
 
 impl Session {
+    /// Where this session's `path` options may lead (`None`: anywhere, as the user running
+    /// weir).
+    pub(super) fn file_access(&self) -> Option<FileAccess<'_>> {
+        self.config.file_root.as_deref().map(|root| FileAccess {
+            root,
+            data_dir: self.config.data_dir.as_deref(),
+        })
+    }
+
     /// The directory relative paths are resolved against.
     pub(super) fn base_dir(&self) -> PathBuf {
         self.config
@@ -159,7 +213,7 @@ impl Session {
         resolve_path(
             &mut options,
             self.config.base_dir.as_deref(),
-            self.config.file_root.as_deref(),
+            self.file_access(),
         )?;
         let options = Options::new(options);
         if view {
@@ -206,13 +260,11 @@ impl Session {
                 },
             )?
         };
-        let planner = StreamPlanner::new(
-            &self.catalog,
-            self.state.execution_props(),
-            settings.parallelism,
-        )
-        .with_fixed_shape()
-        .with_delivery(settings.exactly_once);
+        let catalog = self.catalog();
+        let planner =
+            StreamPlanner::new(&catalog, self.state.execution_props(), settings.parallelism)
+                .with_fixed_shape()
+                .with_delivery(settings.exactly_once);
         // A view's rows go through one writer; file and PostgreSQL sinks write from every
         // instance of the last stage.
         let graph = if view {
@@ -246,8 +298,8 @@ impl Session {
         columns: Vec<String>,
         query: Box<Query>,
     ) -> Result<StatementResult> {
-        let def = self
-            .catalog
+        let catalog = self.catalog();
+        let def = catalog
             .get(&table)
             .ok_or_else(|| PlanError::UnknownTable(table.clone()))?;
         if def.options.get("connector") != Some("postgres") {
@@ -306,7 +358,7 @@ impl Session {
             dir: self.view_dir(name)?,
             schema: Arc::clone(&schema),
         });
-        self.catalog.insert(TableDef {
+        let def = TableDef {
             name: name.to_string(),
             schema,
             watermark: None,
@@ -316,7 +368,8 @@ impl Session {
             late_rows: None,
             late_rows_of: None,
             ddl: String::new(),
-        })
+        };
+        self.change_catalog(|c| c.insert(def))
     }
 
     /// CREATE SINK, CREATE MATERIALIZED VIEW, INSERT INTO.
@@ -355,7 +408,7 @@ impl Session {
                 "{what} {name} already exists ({drop} {name} first)"
             ));
         }
-        if view && self.catalog.get(&name).is_some() {
+        if view && self.catalog().get(&name).is_some() {
             return Err(PlanError::TableExists(name));
         }
         let settings = self.job_settings(&mut options)?;
@@ -364,39 +417,39 @@ impl Session {
         let record = JobRecord {
             name: name.clone(),
             statement: text.trim().to_string(),
-            tables: self.catalog.ddl_statements(),
+            tables: self.catalog().ddl_statements(),
             settings,
             base_dir: self.base_dir(),
             state: JobState::Running,
             error: None,
             run_id,
         };
-        let dir = job_dir(&data_dir, &name);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| PlanError::io(format!("cannot clear '{}'", dir.display()), e))?;
-        }
-        record.save(&data_dir)?;
-        self.start_job(record, graph)?;
+        self.shared.with_jobs(|jobs| {
+            // Checked again under the lock: another session may have created it meanwhile.
+            if jobs.contains(&name) || job_dir(&data_dir, &name).join("job.json").exists() {
+                return Err(invalid!(
+                    "{what} {name} already exists ({drop} {name} first)"
+                ));
+            }
+            let dir = job_dir(&data_dir, &name);
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .map_err(|e| PlanError::io(format!("cannot clear '{}'", dir.display()), e))?;
+            }
+            record.save(&data_dir)?;
+            jobs.start(record, graph)
+        })?;
         if view {
             self.register_view(&name, schema)?;
         }
         Ok(StatementResult::Command(tag.into()))
     }
 
-    fn start_job(&mut self, record: JobRecord, graph: JobGraph) -> Result<Vec<String>> {
-        self.job_manager()?.start(record, graph)
-    }
-
     /// Whether this process runs (or ran) a job of that name.
     fn job_known(&self, name: &str) -> bool {
-        self.jobs.as_ref().is_some_and(|j| j.contains(name))
-    }
-
-    fn job_manager(&mut self) -> Result<&mut JobManager> {
-        self.jobs.as_mut().ok_or_else(|| {
-            invalid!("sinks keep their checkpoints in the data directory: start weir with --data-dir DIR")
-        })
+        self.shared
+            .jobs_if_any(|j| j.contains(name))
+            .unwrap_or(false)
     }
 
     /// Resumes every unfinished job recorded in the data directory and makes every
@@ -410,7 +463,16 @@ impl Session {
             if self.job_known(&record.name) {
                 continue;
             }
-            let finished = record.state == JobState::Finished;
+            // Finished and cancelled jobs stay as they ended (a view's rows stay readable).
+            let ended = matches!(record.state, JobState::Finished | JobState::Cancelled);
+            if !ended && !self.config.resume_jobs {
+                warnings.push(format!(
+                    "job {} is not resumed by weir -f (weir resume, weir serve or the REPL \
+                     resume it)",
+                    record.name
+                ));
+            }
+            let finished = ended || !self.config.resume_jobs;
             let view = parse_recorded_job(&record.statement)
                 .is_ok_and(|job| matches!(job.target, JobTarget::View(_)));
             if finished && !view {
@@ -431,12 +493,12 @@ impl Session {
                 record.state = JobState::Running;
                 record.error = None;
                 record.save(&data_dir)?;
-                self.start_job(record, graph)
+                self.shared.with_jobs(|jobs| jobs.start(record, graph))
             }) {
                 Ok(notes) => warnings.extend(notes.into_iter().map(|n| format!("job {name}: {n}"))),
                 Err(e) => {
                     let message = format!("job {name} could not resume: {e}");
-                    self.resume_failures.push(message.clone());
+                    self.shared.add_resume_failure(message.clone());
                     warnings.push(message);
                 }
             }
@@ -479,9 +541,10 @@ impl Session {
         )
     }
 
-    /// CANCEL JOB name: stops the job with a final checkpoint; it resumes at the next start.
+    /// CANCEL JOB name: stops the job with a final checkpoint, for good: what it committed
+    /// stays, and it is not resumed (DROP SINK removes it; CREATE SINK runs it anew).
     pub(super) fn cancel_job(&mut self, name: &str) -> Result<StatementResult> {
-        if !self.job_manager()?.stop(name)? {
+        if !self.shared.with_jobs(|jobs| jobs.cancel(name))? {
             return Err(invalid!(
                 "no running job named {name} (SHOW JOBS lists them)"
             ));
@@ -500,16 +563,15 @@ impl Session {
             JobKind::Sink => ("sink", "DROP SINK"),
             JobKind::View => ("materialized view", "DROP MATERIALIZED VIEW"),
         };
-        let jobs = self.job_manager()?;
-        let dir = job_dir(jobs.data_dir(), name);
-        if !jobs.remove(name)? && !dir.exists() {
+        let dir = job_dir(&self.data_dir()?, name);
+        if !self.shared.with_jobs(|jobs| jobs.remove(name))? && !dir.exists() {
             if if_exists {
                 return Ok(StatementResult::Command(tag.into()));
             }
             return Err(invalid!("no {what} named {name}"));
         }
         if kind == JobKind::View {
-            self.catalog.remove(name)?;
+            self.change_catalog(|c| c.remove(name))?;
             weir_engine::state::RocksDbStateBackend::close_shared(&self.view_dir(name)?);
         }
         std::fs::remove_dir_all(&dir)
@@ -518,64 +580,57 @@ impl Session {
     }
 
     pub(super) fn show_jobs(&mut self) -> StatementResult {
-        let rows = self.jobs.as_mut().map(JobManager::rows).unwrap_or_default();
+        let rows = self
+            .shared
+            .jobs_if_any(JobManager::rows)
+            .unwrap_or_default();
         text_rows(&SHOW_JOBS_COLUMNS, rows)
     }
 
     /// Checkpoint counters of a job of this session (as it ended, once it ended).
     pub fn job_checkpoints(&self, name: &str) -> Option<weir_engine::checkpoint::StatsSnapshot> {
-        self.jobs.as_ref()?.checkpoints(name)
+        self.shared.jobs_if_any(|j| j.checkpoints(name))?
     }
 
     /// How often a job of this session was restarted after failures.
     pub fn job_restarts(&self, name: &str) -> Option<u32> {
-        self.jobs.as_ref()?.restarts(name)
+        self.shared.jobs_if_any(|j| j.restarts(name))?
     }
 
     /// Counters of a job of this session (as it ended, once it ended).
     pub fn job_metrics(&self, name: &str) -> Option<weir_engine::MetricsSnapshot> {
-        self.jobs.as_ref()?.metrics(name)
+        self.shared.jobs_if_any(|j| j.metrics(name))?
     }
 
     /// Cancels a job without a checkpoint, as a crash would stop it; it resumes from its last
     /// checkpoint at the next start. For benchmarks and tests of recovery.
     pub fn abort_job(&mut self, name: &str) {
-        if let Some(jobs) = self.jobs.as_mut() {
-            jobs.abort(name);
-        }
+        self.shared.jobs_if_any(|j| j.abort(name));
     }
 
     /// Jobs that could not resume when the session opened.
-    pub fn resume_failures(&self) -> &[String] {
-        &self.resume_failures
+    pub fn resume_failures(&self) -> Vec<String> {
+        self.shared.resume_failures()
     }
 
     /// Whether any job of this session is still running.
     pub fn has_running_jobs(&self) -> bool {
-        self.jobs.as_ref().is_some_and(JobManager::has_running)
+        self.shared
+            .jobs_if_any(|j| j.has_running())
+            .unwrap_or(false)
     }
 
     /// Waits until every job of this session ended. A message on `interrupt` stops them all
     /// with a final checkpoint (they resume at the next start). Returns each job's name,
     /// final state and error.
     pub fn wait_for_jobs(&mut self, interrupt: &Receiver<()>) -> Result<Vec<JobOutcome>> {
-        match self.jobs.as_mut() {
-            Some(jobs) => jobs.wait_all(interrupt),
-            None => Ok(Vec::new()),
-        }
+        self.shared
+            .jobs_if_any(|j| j.wait_all(interrupt))
+            .unwrap_or(Ok(Vec::new()))
     }
 
     /// Stops every running job with a final checkpoint and waits for it.
     pub fn stop_jobs(&mut self) -> Result<()> {
-        match self.jobs.as_mut() {
-            Some(jobs) => jobs.stop_all(),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = self.stop_jobs();
+        self.shared.jobs_if_any(|j| j.stop_all()).unwrap_or(Ok(()))
     }
 }

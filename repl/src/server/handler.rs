@@ -73,10 +73,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// What every connection shares: the session holding the catalog and the jobs, and the
+/// What every connection shares: the session the server opened (each connection forks a
+/// session of its own from it: its settings, over the shared catalog and jobs), and the
 /// connections a CancelRequest may name.
 pub struct Shared {
-    session: Mutex<Session>,
+    root: Mutex<Session>,
     /// Settings a new connection starts with.
     base: SessionConfig,
     connections: Mutex<HashMap<i32, Registered>>,
@@ -85,7 +86,7 @@ pub struct Shared {
 impl Shared {
     pub fn new(session: Session, base: SessionConfig) -> Self {
         Self {
-            session: Mutex::new(session),
+            root: Mutex::new(session),
             base,
             connections: Mutex::new(HashMap::new()),
         }
@@ -93,17 +94,11 @@ impl Shared {
 
     /// Stops every running job with a final checkpoint (server shutdown).
     pub fn stop_jobs(&self) -> Result<(), PlanError> {
-        lock(&self.session).stop_jobs()
+        lock(&self.root).stop_jobs()
     }
 
-    /// Runs `f` on the shared session with this connection's settings in place.
-    fn with_session<R>(&self, conn: &ConnState, f: impl FnOnce(&mut Session) -> R) -> R {
-        let mut session = lock(&self.session);
-        let mut config = lock(&conn.config);
-        std::mem::swap(session.config_mut(), &mut *config);
-        let result = f(&mut session);
-        std::mem::swap(session.config_mut(), &mut *config);
-        result
+    fn fork(&self) -> Session {
+        lock(&self.root).fork(self.base.clone())
     }
 }
 
@@ -133,12 +128,20 @@ impl QuerySlot {
     }
 }
 
-/// One connection: its settings and its query slot; unregistered when the connection ends.
+/// One connection: its session and its query slot; unregistered when the connection ends.
 pub struct ConnState {
     shared: Arc<Shared>,
     pid: i32,
-    config: Mutex<SessionConfig>,
+    session: Mutex<Session>,
     slot: Arc<QuerySlot>,
+}
+
+impl ConnState {
+    /// Runs `f` on this connection's session (statements of one connection run one at a
+    /// time; other connections' run meanwhile).
+    fn with_session<R>(&self, f: impl FnOnce(&mut Session) -> R) -> R {
+        f(&mut lock(&self.session))
+    }
 }
 
 impl Drop for ConnState {
@@ -226,7 +229,7 @@ fn conn_state<C: ClientInfo>(shared: &Arc<Shared>, client: &C) -> Arc<ConnState>
         ConnState {
             shared: Arc::clone(shared),
             pid,
-            config: Mutex::new(shared.base.clone()),
+            session: Mutex::new(shared.fork()),
             slot,
         }
     })
@@ -369,14 +372,12 @@ fn execute(
     stmt: &StatementText,
     params: Vec<ScalarValue>,
 ) -> Result<Outcome, WireError> {
-    let shared = &conn.shared;
     if pg_catalog::is_catalog_query(&stmt.text) {
-        let (schema, batches) = shared.with_session(conn, |s| {
-            pg_catalog::answer(&stmt.text, s.catalog(), &params)
-        })?;
+        let (schema, batches) =
+            conn.with_session(|s| pg_catalog::answer(&stmt.text, &s.catalog(), &params))?;
         return Ok(Outcome::Rows(schema, batches));
     }
-    let result = shared.with_session(conn, |s| s.execute_with_params(stmt, params))?;
+    let result = conn.with_session(|s| s.execute_with_params(stmt, params))?;
     Ok(match result {
         StatementResult::Command(tag) => Outcome::Command(tag),
         StatementResult::Rows(schema, batches) => Outcome::Rows(schema, batches),
@@ -392,14 +393,13 @@ fn prepare(
     stmt: &StatementText,
     declared: &[Option<Type>],
 ) -> Result<(Vec<Type>, Option<SchemaRef>), WireError> {
-    let shared = &conn.shared;
     if pg_catalog::is_catalog_query(&stmt.text) {
         let (schema, inferred) =
-            shared.with_session(conn, |s| pg_catalog::prepare(&stmt.text, s.catalog()))?;
+            conn.with_session(|s| pg_catalog::prepare(&stmt.text, &s.catalog()))?;
         return Ok((params::announced(declared, &inferred), Some(schema)));
     }
-    let inferred = shared.with_session(conn, |s| s.parameter_types(stmt))?;
-    let described = shared.with_session(conn, |s| s.describe_statement(stmt));
+    let inferred = conn.with_session(|s| s.parameter_types(stmt))?;
+    let described = conn.with_session(|s| s.describe_statement(stmt));
     // A placeholder whose type nothing says (`SELECT $1`) may not plan: the portal is
     // described again once its values are bound.
     let schema = match described {
@@ -416,13 +416,11 @@ fn describe_bound(
     stmt: &StatementText,
     params: Vec<ScalarValue>,
 ) -> Result<Option<SchemaRef>, WireError> {
-    let shared = &conn.shared;
     if pg_catalog::is_catalog_query(&stmt.text) {
-        let (schema, _) =
-            shared.with_session(conn, |s| pg_catalog::prepare(&stmt.text, s.catalog()))?;
+        let (schema, _) = conn.with_session(|s| pg_catalog::prepare(&stmt.text, &s.catalog()))?;
         return Ok(Some(schema));
     }
-    Ok(shared.with_session(conn, |s| s.describe_with_params(stmt, params))?)
+    Ok(conn.with_session(|s| s.describe_with_params(stmt, params))?)
 }
 
 /// Runs blocking work (planning, starting jobs) off the async threads.

@@ -18,15 +18,24 @@ pub struct WireServer {
 }
 
 impl WireServer {
-    /// `weir serve` with `extra` arguments, data directory `data_dir`.
+    /// `weir serve` with `extra` arguments, data directory `data_dir`, started in
+    /// `data_dir` (so the default file root is the data directory: tests put their input
+    /// files there).
     pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
         Self::start_with_env(data_dir, extra, &[])
     }
 
     pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_in(data_dir, data_dir, extra, env)
+    }
+
+    /// `weir serve` started in directory `cwd`.
+    pub fn start_in(cwd: &Path, data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        std::fs::create_dir_all(data_dir).expect("create the data directory");
         let mut cmd = Command::new(weir_binary());
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .current_dir(cwd)
             .args(extra)
             .env_remove("WEIR_PASSWORD")
             .stdout(Stdio::null())

@@ -21,15 +21,18 @@
 //! values cast by the server). The rows of one flush are first reduced to the last row of
 //! each key, since one statement may not update a row twice.
 
+mod connect;
 mod encode;
 mod write;
+
+pub use connect::Timeouts;
 
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use postgres::error::SqlState;
-use postgres::{Client, NoTls};
+use postgres::Client;
 use weir_engine::checkpoint::Committer;
 use weir_engine::{
     EngineError, Operator, OperatorFactory, Output, Result as EngineResult, TaskInfo,
@@ -47,6 +50,8 @@ const OPTIONS: &[&str] = &[
     "primary_key",
     "create_table",
     "target_columns",
+    "connect_timeout",
+    "statement_timeout",
 ];
 /// Rows buffered before they are sent.
 const ROWS_PER_FLUSH: usize = 16_384;
@@ -61,6 +66,7 @@ pub struct PostgresSinkFactory {
     pub schema: SchemaRef,
     pub primary_key: Vec<String>,
     pub exactly_once: bool,
+    pub timeouts: Timeouts,
 }
 
 /// The sink's error. Rows the server refuses (constraint violations, bad values, a table or
@@ -102,6 +108,13 @@ impl PostgresSinkFactory {
         let url = options.take_required("url")?;
         let table = options.take_required("table")?;
         let create_table = options.take_bool("create_table")?.unwrap_or(false);
+        let mut timeouts = Timeouts::default();
+        if let Some(t) = options.take_duration("connect_timeout")? {
+            timeouts.connect = t;
+        }
+        if let Some(t) = options.take_duration("statement_timeout")? {
+            timeouts.statement = t;
+        }
         // Target column names by position (INSERT INTO t (a, b) SELECT ...); default: the
         // query's column names.
         let schema = match options.take("target_columns") {
@@ -151,6 +164,7 @@ impl PostgresSinkFactory {
             schema,
             primary_key,
             exactly_once,
+            timeouts,
         };
         me.check_target(create_table)?;
         Ok(me)
@@ -159,17 +173,13 @@ impl PostgresSinkFactory {
     /// A connection whose session reads timestamps in UTC, as weir writes them: a text-form
     /// `timestamptz` value must not move with the server's `TimeZone`.
     fn connect(&self) -> EngineResult<Client> {
-        let failed = |e| {
-            pg_error(
-                &self.sink,
-                &format!("cannot connect to {}", redact(&self.url)),
-                e,
-            )
-        };
-        let mut client = Client::connect(&self.url, NoTls).map_err(failed)?;
+        let what = format!("cannot connect to {}", redact(&self.url));
+        let failed = |e| pg_error(&self.sink, &what, e);
+        let refused = |e| EngineError::External(format!("sink {}: {what}: {e}", self.sink));
+        let mut client = connect::connect(&self.url, self.timeouts, failed, refused)?;
         client
             .batch_execute("SET TIME ZONE 'UTC'")
-            .map_err(failed)?;
+            .map_err(|e| pg_error(&self.sink, &what, e))?;
         Ok(client)
     }
 
@@ -264,17 +274,7 @@ impl PostgresSinkFactory {
     }
 }
 
-/// The URL without its password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let user = &url[scheme + 3..at];
-            let user = user.split(':').next().unwrap_or(user);
-            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
-        }
-        _ => url.to_string(),
-    }
-}
+use crate::redact::redact;
 
 impl OperatorFactory for PostgresSinkFactory {
     fn describe(&self) -> String {
@@ -532,22 +532,5 @@ impl weir_engine::SourceFactory for PostgresTable {
              weir does not read it",
             self.name
         )))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_lose_their_password_in_messages() {
-        assert_eq!(
-            redact("postgresql://weir:secret@localhost:5432/db"),
-            "postgresql://weir@localhost:5432/db"
-        );
-        assert_eq!(
-            redact("postgresql://localhost/db"),
-            "postgresql://localhost/db"
-        );
     }
 }
