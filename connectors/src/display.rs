@@ -1,9 +1,10 @@
 //! Text forms of values, shared by every front end (REPL, scripts, tests, the wire server)
 //! and the sinks: timestamps as `YYYY-MM-DD HH:MM:SS[.ffffff]`, the fraction only when not
-//! zero (DESIGN.md §7); every other value as arrow's display formats it. CSV and JSON lines
-//! are written by arrow's writers over [`printable`] batches, so quoting, escaping and
-//! number formats are theirs: CSV fields quoted when they hold the delimiter, a quote or a
-//! line break, NULL an empty field; JSON lines with numbers and booleans unquoted, NULL null.
+//! zero, nanoseconds when there are any (DESIGN.md §7); every other value as arrow's display
+//! formats it. CSV is written by arrow's writer over [`printable`] batches: fields quoted
+//! when they hold the delimiter, a quote or a line break, NULL an empty field. JSON lines
+//! are weir's own ([`json_lines`]): keys in column order, numbers, booleans and decimals
+//! unquoted, NULL null.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -13,7 +14,6 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::csv;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit, TimestampNanosecondType};
 use datafusion::arrow::error::ArrowError;
-use datafusion::arrow::json;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
@@ -27,8 +27,11 @@ pub fn format_timestamp(nanos: i64) -> String {
     let base = dt.format("%Y-%m-%d %H:%M:%S").to_string();
     if sub == 0 {
         base
-    } else {
+    } else if sub % 1000 == 0 {
         format!("{base}.{:06}", sub / 1000)
+    } else {
+        // Nanoseconds are not cut to microseconds.
+        format!("{base}.{sub:09}")
     }
 }
 
@@ -94,13 +97,6 @@ pub fn csv_writer<W: Write>(out: W, header: bool, delimiter: u8) -> csv::Writer<
         .build(out)
 }
 
-/// A JSON-lines writer (arrow's) that writes NULL as `null` instead of leaving the key out.
-pub fn json_writer<W: Write>(out: W) -> json::LineDelimitedWriter<W> {
-    json::WriterBuilder::new()
-        .with_explicit_nulls(true)
-        .build(out)
-}
-
 /// The rows of `batch` as CSV lines, after a header line when `header`.
 pub fn csv_lines(batch: &RecordBatch, header: bool, delimiter: u8) -> Result<Vec<u8>, ArrowError> {
     let mut writer = csv_writer(Vec::new(), header, delimiter);
@@ -108,12 +104,84 @@ pub fn csv_lines(batch: &RecordBatch, header: bool, delimiter: u8) -> Result<Vec
     Ok(writer.into_inner())
 }
 
-/// The rows of `batch` as JSON lines.
+/// The JSON keys of a schema's columns: the names in column order, a name used again
+/// suffixed `_2`, `_3`, ... (a join's `id` and `id`, two `?column?`): a JSON object keeps one
+/// value per key, and no value may be lost to a duplicate.
+pub fn json_keys(schema: &Schema) -> Vec<String> {
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let n = seen.entry(f.name().as_str()).or_insert(0);
+            *n += 1;
+            if *n == 1 {
+                f.name().clone()
+            } else {
+                format!("{}_{n}", f.name())
+            }
+        })
+        .collect()
+}
+
+/// How a column's values go into JSON.
+enum JsonKind {
+    /// Numbers and booleans, unquoted; DECIMAL exactly as written (not through a float).
+    Bare,
+    /// Floats: unquoted when finite; NaN and infinities (which JSON has no number for) as
+    /// strings.
+    Float,
+    /// Everything else as its text form, a JSON string.
+    Text,
+}
+
+fn json_kind(t: &DataType) -> JsonKind {
+    match t {
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => JsonKind::Float,
+        t if t.is_integer() => JsonKind::Bare,
+        DataType::Boolean | DataType::Decimal128(..) | DataType::Decimal256(..) => JsonKind::Bare,
+        _ => JsonKind::Text,
+    }
+}
+
+/// The rows of `batch` as JSON lines: one object per row, keys in column order
+/// ([`json_keys`]), NULL as `null`.
 pub fn json_lines(batch: &RecordBatch) -> Result<Vec<u8>, ArrowError> {
-    let mut writer = json_writer(Vec::new());
-    writer.write(&printable(batch)?)?;
-    writer.finish()?;
-    Ok(writer.into_inner())
+    let schema = batch.schema();
+    let keys: Vec<String> = json_keys(&schema)
+        .iter()
+        .map(|k| serde_json::to_string(k).unwrap_or_else(|_| "\"\"".into()))
+        .collect();
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| Ok((json_kind(c.data_type()), column_strings(c)?)))
+        .collect::<Result<Vec<_>, ArrowError>>()?;
+    let mut out = Vec::with_capacity(batch.num_rows() * 16 * columns.len().max(1));
+    for row in 0..batch.num_rows() {
+        out.push(b'{');
+        for (i, (kind, values)) in columns.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(keys[i].as_bytes());
+            out.push(b':');
+            match (&values[row], kind) {
+                (None, _) => out.extend_from_slice(b"null"),
+                (Some(v), JsonKind::Bare) => out.extend_from_slice(v.as_bytes()),
+                (Some(v), JsonKind::Float) if v.parse::<f64>().is_ok_and(f64::is_finite) => {
+                    out.extend_from_slice(v.as_bytes())
+                }
+                (Some(v), _) => out.extend_from_slice(
+                    serde_json::to_string(v)
+                        .map_err(|e| ArrowError::JsonError(e.to_string()))?
+                        .as_bytes(),
+                ),
+            }
+        }
+        out.extend_from_slice(b"}\n");
+    }
+    Ok(out)
 }
 
 /// Each row of `batch` as one CSV record without its line break (one message per row).
@@ -208,6 +276,32 @@ mod tests {
         assert_eq!(second["id"], serde_json::Value::Null);
         assert_eq!(second["ts"], "1970-01-01 00:00:01.500000");
         assert_eq!(records.len(), 3);
+        // Keys in column order, a repeated name suffixed, DECIMAL exact, NaN a string.
+        use datafusion::arrow::array::Decimal128Array;
+        let schema = Schema::new(vec![
+            Field::new("z", DataType::Int64, true),
+            Field::new("a", DataType::Decimal128(38, 0), true),
+            Field::new("z", DataType::Float64, true),
+        ]);
+        let big = 12_345_678_901_234_567_890_123_456_789_012_345_678i128;
+        let b = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(vec![1])),
+                Arc::new(
+                    Decimal128Array::from(vec![big])
+                        .with_precision_and_scale(38, 0)
+                        .unwrap(),
+                ),
+                Arc::new(Float64Array::from(vec![f64::NAN])),
+            ],
+        )
+        .unwrap();
+        let line = String::from_utf8(json_lines(&b).unwrap()).unwrap();
+        assert_eq!(
+            line,
+            "{\"z\":1,\"a\":12345678901234567890123456789012345678,\"z_2\":\"NaN\"}\n"
+        );
     }
 
     #[test]
@@ -217,6 +311,10 @@ mod tests {
             format_timestamp(1_500_000_000),
             "1970-01-01 00:00:01.500000"
         );
-        assert_eq!(format_timestamp(-1), "1969-12-31 23:59:59.999999");
+        assert_eq!(format_timestamp(-1), "1969-12-31 23:59:59.999999999");
+        assert_eq!(
+            format_timestamp(1_000_000_001),
+            "1970-01-01 00:00:01.000000001"
+        );
     }
 }

@@ -1,17 +1,17 @@
 //! Rendering results: aligned tables for people (comfy-table, through arrow's pretty printer
-//! for whole results), CSV and JSON lines for programs (arrow's writers). Values take their
+//! for whole results), CSV (arrow's writer) and JSON lines (weir's) for programs. Values take their
 //! text form from `weir_planner::display`, the same for every front end.
 
 use std::io::Write;
 
 use anyhow::Result;
 use comfy_table::{ColumnConstraint, Table, Width};
+use datafusion::arrow::csv;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::FormatOptions;
 use datafusion::arrow::util::pretty::pretty_format_batches_with_options;
-use datafusion::arrow::{csv, json};
-use weir_planner::display::{batch_rows, csv_writer, json_writer, printable};
+use weir_planner::display::{batch_rows, csv_writer, json_lines, printable};
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -34,7 +34,7 @@ pub struct ResultWriter<W: Write> {
 
 enum Output<W: Write> {
     Csv(Box<csv::Writer<W>>),
-    Json(json::LineDelimitedWriter<W>),
+    Json(W),
     /// Tables are rendered by [`render_table`] and [`StreamingTable`].
     Table,
 }
@@ -43,7 +43,7 @@ impl<W: Write> ResultWriter<W> {
     pub fn new(out: W, format: Format, schema: SchemaRef) -> Self {
         let out = match format {
             Format::Csv => Output::Csv(Box::new(csv_writer(out, true, b','))),
-            Format::Json => Output::Json(json_writer(out)),
+            Format::Json => Output::Json(out),
             Format::Table => Output::Table,
         };
         Self {
@@ -58,8 +58,8 @@ impl<W: Write> ResultWriter<W> {
         match &mut self.out {
             Output::Csv(w) => w.write(&printable(batch)?)?,
             Output::Json(w) => {
-                w.write(&printable(batch)?)?;
-                w.get_mut().flush()?;
+                w.write_all(&json_lines(batch)?)?;
+                w.flush()?;
             }
             Output::Table => {}
         }

@@ -9,7 +9,7 @@ use weir_planner::sql::{split_statements, StatementText};
 use weir_planner::Session;
 
 use crate::output::Format;
-use crate::runner::{install_interrupt_handler, terminated, Runner, SignalMode};
+use crate::runner::{describe_error, install_interrupt_handler, terminated, Runner, SignalMode};
 
 const HELP: &str = r#"Statements end with ';' and may span several lines.
   CREATE TABLE t (col TYPE, ..., WATERMARK FOR ts AS ts - INTERVAL '5' SECOND)
@@ -93,7 +93,7 @@ pub fn run(session: &mut Session, format: Format, history: Option<PathBuf>) {
                 runner.clear_interrupt();
                 for stmt in statements {
                     if let Err(e) = runner.run_statement(&stmt) {
-                        eprintln!("error: {e:#}");
+                        eprintln!("error: {}", describe_error(&e));
                     }
                     // Ctrl-C cancelled it: the statements after it on the line do not run.
                     if runner.interrupted() {
@@ -144,6 +144,6 @@ fn run_one(runner: &mut Runner, text: &str) {
         line: 1,
     };
     if let Err(e) = runner.run_statement(&stmt) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", describe_error(&e));
     }
 }

@@ -6,13 +6,55 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use std::sync::Arc;
+
 use anyhow::Result;
 use crossbeam_channel::{select, Receiver};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
 use weir_connectors::sinks::SinkEvent;
 use weir_planner::sql::{split_statements, StatementText};
 use weir_planner::{QueryRun, Session, StatementResult};
 
 use crate::output::{render_table, Format, ResultWriter, StreamingTable};
+
+/// `batch` with the column names of the query's result schema (which names unnamed
+/// expressions as PostgreSQL does: `?column?`).
+fn relabel(schema: &SchemaRef, batch: RecordBatch) -> RecordBatch {
+    let same = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(schema.fields())
+        .all(|(a, b)| a.name() == b.name());
+    if same || batch.num_columns() != schema.fields().len() {
+        return batch;
+    }
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(schema.fields())
+        .map(|(f, named)| f.as_ref().clone().with_name(named.name()))
+        .collect();
+    let columns = batch.columns().to_vec();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap_or(batch)
+}
+
+/// An error with its causes, each cause once: weir's errors already hold their causes'
+/// messages, and printing the chain again repeated them ("...: Not a directory: Not a
+/// directory").
+pub fn describe_error(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let m = cause.to_string();
+        if !out.contains(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+    }
+    out
+}
 
 /// Signals received (SIGINT and SIGTERM).
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
@@ -203,7 +245,7 @@ impl<'a> Runner<'a> {
                 if self.interrupted() {
                     break;
                 }
-                eprintln!("error: {name}:{}: {e:#}", stmt.line);
+                eprintln!("error: {name}:{}: {}", stmt.line, describe_error(&e));
                 return ScriptEnd::Failed;
             }
         }
@@ -343,6 +385,7 @@ impl<'a> Runner<'a> {
             };
             match event {
                 Ok(SinkEvent::Batch(b)) => {
+                    let b = relabel(&schema, b);
                     rows += b.num_rows();
                     done = limit.is_some_and(|l| rows >= l);
                     match self.format {

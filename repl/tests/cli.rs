@@ -628,3 +628,42 @@ fn signals_end_a_script_and_stop_its_jobs_with_a_checkpoint() {
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
+
+/// Unnamed expressions are named as PostgreSQL names them (`?column?`), not `Int64(1)`; an
+/// error's cause is printed once, not repeated.
+#[test]
+fn unnamed_columns_and_errors_read_as_a_person_expects() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("names.sql");
+    std::fs::write(&script, "SELECT 1, 'a' || 'b', 2 AS two, upper('x');\n").unwrap();
+    let out = weir(&["-f", script.to_str().unwrap(), "--format", "csv"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        stdout.lines().next(),
+        Some("?column?,?column?,two,upper"),
+        "{stdout}"
+    );
+    std::fs::write(dir.path().join("file"), "").unwrap();
+    let script = dir.path().join("sink.sql");
+    std::fs::write(
+        &script,
+        format!(
+            "CREATE TABLE e (id BIGINT) WITH (connector = 'file', path = '{}', format = 'csv');\n\
+             CREATE SINK s WITH (connector = 'file', path = '{}', format = 'csv') AS SELECT id FROM e;\n",
+            workspace().join("tests/data/events.csv").display(),
+            dir.path().join("file/x").display()
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let out = weir(&[
+        "--data-dir",
+        data.to_str().unwrap(),
+        "-f",
+        script.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.matches("Not a directory").count(), 1, "{stderr}");
+}

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::process::{committed_lines, finish, spawn, wait_for_file};
-use common::{execute, session, text_rows, wait_jobs, Collected};
+use common::{execute, session, text_rows, Collected};
 use weir_planner::sql::StatementText;
 use weir_planner::{Session, SessionConfig, StatementResult};
 

@@ -73,14 +73,125 @@ impl FileFormat {
     }
 }
 
-/// Shortens arrow's message for one bad record: drop the batch-relative line and row dump.
-pub fn describe_error(e: &ArrowError) -> String {
+/// Arrow's message for one bad record, made to name what and where: the batch-relative line
+/// numbers and row dumps dropped (the caller names the file's line), column numbers turned
+/// into names, and long values cut (a 10 MB bad value is not echoed whole).
+pub fn describe_error(e: &ArrowError, schema: &SchemaRef) -> String {
     let msg = match e {
-        ArrowError::ParseError(m) | ArrowError::CsvError(m) | ArrowError::JsonError(m) => m.clone(),
+        ArrowError::ParseError(m)
+        | ArrowError::CsvError(m)
+        | ArrowError::JsonError(m)
+        | ArrowError::InvalidArgumentError(m) => m.clone(),
         other => other.to_string(),
     };
-    match msg.find(" at line ") {
+    // Arrow quotes the bad field's bytes as they were, and they need not be UTF-8 (a fuzzed
+    // record found this): made valid before anything slices the text.
+    let msg = String::from_utf8_lossy(msg.as_bytes()).into_owned();
+    let mut msg = match msg.find(" at line ") {
         Some(i) => msg[..i].to_string(),
         None => msg,
+    };
+    // "incorrect number of fields for line 1, expected 4 got 2": the line is the batch's.
+    if let Some(rest) = msg.strip_prefix("incorrect number of fields for line ") {
+        if let Some((_, counts)) = rest.split_once(", ") {
+            msg = format!("incorrect number of fields, {counts}");
+        }
+    }
+    // "... for column 2": which column that is.
+    if let Some(i) = msg.rfind(" for column ") {
+        let number = &msg[i + " for column ".len()..];
+        if let Some(f) = number
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| schema.fields().get(n))
+        {
+            msg = format!("{} for column '{}'", &msg[..i], f.name());
+        }
+    }
+    // A missing value of a column that may not be null (CSV: "Column 'ts' is declared as
+    // non-nullable ...", JSON: "... non-nullable StructArray child: Field { "ts": ... }").
+    let missing = if msg.contains("is declared as non-nullable but contains null values") {
+        msg.split('\'').nth(1).map(str::to_string)
+    } else if msg.contains("unmasked nulls in non-nullable") {
+        msg.split('"').nth(1).map(str::to_string)
+    } else {
+        None
+    };
+    if let Some(name) = missing {
+        msg = format!(
+            "no value for column '{name}', which may not be null (a table's event-time column \
+             never may)"
+        );
+    }
+    shorten_quoted(&msg)
+}
+
+/// Quoted values in a message, cut to their first characters.
+fn shorten_quoted(msg: &str) -> String {
+    const KEEP: usize = 60;
+    let mut out = String::with_capacity(msg.len().min(512));
+    let mut rest = msg;
+    while let Some(open) = rest.find('\'') {
+        out.push_str(&rest[..=open]);
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('\'') else {
+            rest = after;
+            break;
+        };
+        let value = &after[..close];
+        if value.chars().count() > KEEP {
+            let cut: String = value.chars().take(KEEP).collect();
+            out.push_str(&format!("{cut}…' ({} bytes", value.len()));
+            out.push(')');
+            rest = &after[close + 1..];
+            continue;
+        }
+        out.push_str(value);
+        out.push('\'');
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    // Whatever else is long (an unquoted dump) is cut too.
+    if out.chars().count() > 500 {
+        out = out.chars().take(500).collect::<String>() + "…";
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    #[test]
+    fn bad_records_are_described_by_column_name_and_without_huge_values() {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        let csv = FileFormat::Csv {
+            header: false,
+            delimiter: b',',
+        };
+        let huge = format!("1,{}\n", "x".repeat(100_000));
+        let e = csv.decode(&schema, huge.as_bytes(), 1).unwrap_err();
+        let m = describe_error(&e, &schema);
+        assert!(m.contains("for column 'v'"), "{m}");
+        assert!(m.contains("(100000 bytes)"), "{m}");
+        assert!(m.len() < 300, "{m}");
+        let e = csv.decode(&schema, b"1\n", 1).unwrap_err();
+        let m = describe_error(&e, &schema);
+        assert_eq!(m, "incorrect number of fields, expected 2 got 1");
+        let strict: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("ts", DataType::Int64, false),
+        ]));
+        let e = FileFormat::Json
+            .decode(&strict, b"{\"id\": 1}\n", 1)
+            .unwrap_err();
+        let m = describe_error(&e, &strict);
+        assert!(m.contains("no value for column 'ts'"), "{m}");
     }
 }

@@ -287,7 +287,7 @@ impl FileReader {
                             "table {}: file '{}' line {line}: {} (set bad_rows = 'skip' to skip such rows)",
                             self.spec.table,
                             self.file.display(),
-                            format::describe_error(&e)
+                            format::describe_error(&e, &self.spec.schema)
                         )));
                     }
                     self.skipped += 1;

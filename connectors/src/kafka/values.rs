@@ -305,7 +305,10 @@ impl RowLayout {
                     kept.push(i);
                 }
                 Err(e) if bad_rows == BadRows::Fail => {
-                    return Err(bad(&records[i], format::describe_error(&e)))
+                    return Err(bad(
+                        &records[i],
+                        format::describe_error(&e, &self.value_schema),
+                    ))
                 }
                 Err(_) => *skipped += 1,
             }

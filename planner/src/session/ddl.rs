@@ -180,11 +180,34 @@ impl Session {
             let planner = SqlToRel::new_with_options(&ctx, self.parser_options());
             Some(Arc::new(planner.build_schema(columns)?))
         };
-        super::sinks::resolve_path(
-            &mut pairs,
-            self.config.base_dir.as_deref(),
-            self.file_access(),
-        )?;
+        // A record without event time cannot be placed in any window: the decoders of
+        // files and Kafka refuse it as malformed (`bad_rows` applies), not as late.
+        let decoded = matches!(
+            pairs
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("connector"))
+                .map(|(_, v)| v.as_str()),
+            Some("file" | "kafka")
+        );
+        let declared = match (declared, &watermark) {
+            (Some(schema), Some(w)) if decoded => {
+                Some(event_time_required(schema, &normalize(&w.column)))
+            }
+            (declared, _) => declared,
+        };
+        let written_path = pairs
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("path"))
+            .map(|(_, v)| v.clone());
+        // A recorded table is replayed by a later start, maybe in another directory: its
+        // relative path is resolved now, against the working directory, and recorded so.
+        let cwd = std::env::current_dir().ok();
+        let base = match (&self.config.base_dir, &self.config.data_dir) {
+            (Some(base), _) => Some(base.as_path()),
+            (None, Some(_)) => cwd.as_deref(),
+            (None, None) => None,
+        };
+        super::sinks::resolve_path(&mut pairs, base, self.file_access())?;
         let late_name = self.take_late_rows_option(&name, &mut pairs, watermark.is_some())?;
         let options = Options::new(pairs);
         if options.get("connector").is_none() {
@@ -214,6 +237,13 @@ impl Session {
             // From the session's default: recorded in the DDL, so a restart keeps it.
             Some((late, true)) => with_option(text.trim(), "late_rows", late)?,
             _ => text.trim().to_string(),
+        };
+        let resolved_path = options.get("path").map(str::to_string);
+        let ddl = match (&written_path, &resolved_path) {
+            (Some(written), Some(resolved)) if written != resolved => {
+                with_path(&ddl, resolved).unwrap_or(ddl)
+            }
+            _ => ddl,
         };
         let late_def = late_rows.as_ref().map(|late| TableDef {
             name: late.name.clone(),
@@ -427,6 +457,23 @@ fn table_source(
     )?))
 }
 
+/// `schema` with its event-time column `column` not nullable.
+fn event_time_required(schema: SchemaRef, column: &str) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let f = f.as_ref().clone();
+            if f.name() == column {
+                f.with_nullable(false)
+            } else {
+                f
+            }
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
 /// The late-rows table a `SET late_rows` template gives `table`.
 pub(super) fn late_rows_name(template: &str, table: &str) -> String {
     template.replace("{table}", table).to_ascii_lowercase()
@@ -446,6 +493,51 @@ pub(super) fn check_late_rows_name(name: &str) -> std::result::Result<(), String
             "'{name}' is not a plain name (letters, digits and _; it names a directory)"
         ))
     }
+}
+
+/// `ddl` with the value of its WITH list's `path` option replaced by `path`; `None` when it
+/// cannot be found.
+fn with_path(ddl: &str, path: &str) -> Option<String> {
+    let lower = ddl.to_ascii_lowercase();
+    let with = lower.rfind("with")?;
+    let mut from = with;
+    while let Some(found) = lower[from..].find("path") {
+        let key = from + found;
+        from = key + 4;
+        let before = lower.as_bytes()[key - 1];
+        if before.is_ascii_alphanumeric() || before == b'_' {
+            continue;
+        }
+        let rest = lower[from..].trim_start();
+        let Some(rest) = rest.strip_prefix('=') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        if !rest.starts_with('\'') {
+            continue;
+        }
+        let open = lower.len() - rest.len();
+        // The literal ends at a quote not doubled.
+        let mut i = open + 1;
+        let bytes = ddl.as_bytes();
+        while i < bytes.len() {
+            if bytes[i] == b'\'' {
+                if bytes.get(i + 1) == Some(&b'\'') {
+                    i += 2;
+                    continue;
+                }
+                return Some(format!(
+                    "{}{}{}",
+                    &ddl[..open],
+                    weir_connectors::quote::quote_literal(path),
+                    &ddl[i + 1..]
+                ));
+            }
+            i += 1;
+        }
+        return None;
+    }
+    None
 }
 
 /// `ddl` (a CREATE TABLE ending in its WITH list) with `key = 'value'` added to that list.

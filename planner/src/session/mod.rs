@@ -356,8 +356,9 @@ impl Session {
                     true,
                 )])))),
                 Statement::Query(_) => {
+                    let names = output_names(&s);
                     let plan = self.logical_plan(*s)?;
-                    Ok(Some(Arc::new(plan.schema().as_arrow().clone())))
+                    Ok(Some(result_schema(&plan, names)))
                 }
                 // DESCRIBE lists columns and has no side effects: run it for its columns.
                 describe @ Statement::ExplainTable { .. } => {
@@ -406,13 +407,14 @@ impl Session {
     }
 
     fn query(&mut self, statement: Statement) -> Result<StatementResult> {
+        let names = output_names(&statement);
         let plan = self.logical_plan(statement)?;
+        let schema = result_schema(&plan, names);
         if !reads_tables(&plan) {
-            return self.run_constant(plan);
+            return self.run_constant(plan, schema);
         }
         let name = self.next_job_name();
         let (tx, rx) = crossbeam_channel::bounded(64);
-        let schema = Arc::new(plan.schema().as_arrow().clone());
         let graph = StreamPlanner::new(
             &self.catalog(),
             self.state.execution_props(),
@@ -433,9 +435,8 @@ impl Session {
 
     /// A query that reads no table (`SELECT 1`, `SELECT now()`) runs on DataFusion directly,
     /// streamed and cancelled like any query.
-    fn run_constant(&mut self, plan: LogicalPlan) -> Result<StatementResult> {
+    fn run_constant(&mut self, plan: LogicalPlan, schema: SchemaRef) -> Result<StatementResult> {
         let limit = result_limit(&plan)?;
-        let schema = Arc::new(plan.schema().as_arrow().clone());
         let (tx, rx) = crossbeam_channel::bounded(16);
         let name = self.next_job_name();
         let job =
@@ -505,6 +506,64 @@ impl Session {
             &["plan"],
             lines.into_iter().map(|l| vec![l]).collect(),
         ))
+    }
+}
+
+/// The names PostgreSQL gives the result columns a query does not name: a function call's
+/// function name (`count`, not `count(*)`), `?column?` for another expression that is not
+/// a column (DataFusion would call `SELECT 1` `Int64(1)`). `None` per column keeps DataFusion's name; `None` overall when
+/// the columns cannot be matched to select items (a wildcard, a set operation).
+fn output_names(statement: &Statement) -> Option<Vec<Option<String>>> {
+    use datafusion::sql::sqlparser::ast::{Expr, SelectItem, SetExpr};
+    let Statement::Query(q) = statement else {
+        return None;
+    };
+    let SetExpr::Select(select) = q.body.as_ref() else {
+        return None;
+    };
+    /// `None`: a column, which keeps its name.
+    fn name(e: &Expr) -> Option<String> {
+        match e {
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) => None,
+            Expr::Function(f) => Some(
+                f.name
+                    .0
+                    .last()
+                    .and_then(|p| p.as_ident())
+                    .map_or_else(|| f.name.to_string(), |i| i.value.to_ascii_lowercase()),
+            ),
+            Expr::Nested(inner) => name(inner),
+            _ => Some("?column?".to_string()),
+        }
+    }
+    select
+        .projection
+        .iter()
+        .map(|item| match item {
+            SelectItem::UnnamedExpr(e) => Some(name(e)),
+            SelectItem::ExprWithAlias { .. } => Some(None),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The schema a query's reader sees: the plan's, with the names of [`output_names`].
+fn result_schema(plan: &LogicalPlan, names: Option<Vec<Option<String>>>) -> SchemaRef {
+    let schema = plan.schema().as_arrow().clone();
+    match names {
+        Some(names) if names.len() == schema.fields().len() => {
+            let fields: Vec<Field> = schema
+                .fields()
+                .iter()
+                .zip(names)
+                .map(|(f, n)| match n {
+                    Some(n) => f.as_ref().clone().with_name(n),
+                    None => f.as_ref().clone(),
+                })
+                .collect();
+            Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+        }
+        _ => Arc::new(schema),
     }
 }
 

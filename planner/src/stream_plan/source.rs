@@ -21,8 +21,8 @@ use super::{arrow_schema, Stream, StreamPlanner};
 use crate::catalog::TableDef;
 use crate::context::{ScanKind, StreamTableSource, WindowTvf};
 use crate::error::{PlanError, Result};
-use crate::not_supported;
 use crate::window_tvf::WINDOW_COLUMNS;
+use crate::{invalid, not_supported};
 
 /// What makes two scans read the same stream: the table and its window function, and whether
 /// the source drops rows below their own watermark for an interval join (`judged`).
@@ -299,6 +299,19 @@ impl StreamPlanner<'_> {
             }
             _ => self.source_watermark(def, &table_schema, &mut text)?,
         };
+        if let (Some(w), None, false) = (&window, &watermark, def.source.is_bounded()) {
+            if !proctime.as_ref().is_some_and(|p| p.watermark) {
+                return Err(invalid!(
+                    "{}: table {table} has no WATERMARK, and its source never ends, so no window \
+                     would ever close: the query would emit nothing while its windows grew \
+                     without bound. Declare one in CREATE TABLE (`WATERMARK FOR {} AS {} - \
+                     INTERVAL '5' SECOND`), or window a PROCTIME() column",
+                    w.text,
+                    def.schema.field(w.time_column).name(),
+                    def.schema.field(w.time_column).name(),
+                ));
+            }
+        }
         let mut windows = vec![None; def.schema.fields().len()];
         let assignment = match &window {
             Some(w) => {
