@@ -667,3 +667,50 @@ fn unnamed_columns_and_errors_read_as_a_person_expects() {
     assert!(!out.status.success());
     assert_eq!(stderr.matches("Not a directory").count(), 1, "{stderr}");
 }
+
+/// A table created with a relative path is recorded with the path resolved, so a later
+/// start in another directory still finds the file (it used to be resolved there again).
+#[test]
+fn a_relative_path_survives_a_start_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first");
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(first.join("rows.csv"), "a\n1\n2\n").unwrap();
+    let data = dir.path().join("data");
+    let run = |cwd: &Path, sql: &str| {
+        let script = cwd.join("s.sql");
+        std::fs::write(&script, sql).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args([
+                "--data-dir",
+                data.to_str().unwrap(),
+                "-f",
+                "s.sql",
+                "--format",
+                "csv",
+            ])
+            .current_dir(cwd)
+            .output()
+            .unwrap()
+    };
+    let out = run(
+        &first,
+        "CREATE TABLE r (a BIGINT) WITH (connector = 'file', path = 'rows.csv', format = 'csv', header = 'true');\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let catalog = std::fs::read_to_string(data.join("catalog.sql")).unwrap();
+    let absolute = first
+        .join("rows.csv")
+        .canonicalize()
+        .unwrap_or(first.join("rows.csv"));
+    assert!(
+        catalog.contains(&*first.join("rows.csv").to_string_lossy())
+            || catalog.contains(&*absolute.to_string_lossy()),
+        "{catalog}"
+    );
+    let out = run(&other, "SELECT sum(a) AS s FROM r;\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "s\n3\n");
+}
