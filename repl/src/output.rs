@@ -11,6 +11,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::FormatOptions;
 use datafusion::arrow::util::pretty::pretty_format_batches_with_options;
+use unicode_width::UnicodeWidthStr;
 use weir_planner::display::{batch_rows, csv_writer, json_lines, printable};
 
 /// How results are printed.
@@ -79,12 +80,68 @@ impl<W: Write> ResultWriter<W> {
     }
 }
 
+/// Text as a terminal may show it: control characters (a line break, a tab, the ESC that
+/// starts an ANSI sequence) written as escapes (`\n`, `\t`, `\x1b`), so no value can break
+/// a table's layout or drive the terminal.
+pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && (c as u32) < 0x100 => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `batch` with the control characters of its text columns escaped ([`escape_controls`]).
+fn terminal_safe(batch: &RecordBatch) -> Result<RecordBatch> {
+    use datafusion::arrow::array::{ArrayRef, AsArray, StringArray};
+    use datafusion::arrow::compute::cast;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    let texty =
+        |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+    if !batch.schema().fields().iter().any(|f| texty(f.data_type())) {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        if texty(f.data_type()) {
+            let strings = cast(c, &DataType::Utf8)?;
+            let escaped: StringArray = strings
+                .as_string::<i32>()
+                .iter()
+                .map(|v| v.map(|v| escape_controls(v).into_owned()))
+                .collect();
+            fields.push(Field::new(f.name(), DataType::Utf8, f.is_nullable()));
+            columns.push(std::sync::Arc::new(escaped) as ArrayRef);
+        } else {
+            fields.push(f.as_ref().clone());
+            columns.push(c.clone());
+        }
+    }
+    Ok(RecordBatch::try_new(
+        std::sync::Arc::new(Schema::new(fields)),
+        columns,
+    )?)
+}
+
 /// Renders batches as an aligned text table (NULL spelled out).
 pub fn render_table(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<String> {
     let mut printable_batches = batches
         .iter()
-        .map(printable)
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|b| terminal_safe(&printable(b)?))
+        .collect::<Result<Vec<_>>>()?;
     if printable_batches.is_empty() {
         printable_batches.push(printable(&RecordBatch::new_empty(schema.clone()))?);
     }
@@ -111,7 +168,7 @@ impl StreamingTable {
             .into_iter()
             .map(|r| {
                 r.into_iter()
-                    .map(|v| v.unwrap_or_else(|| "NULL".into()))
+                    .map(|v| v.map_or_else(|| "NULL".into(), |v| escape_controls(&v).into_owned()))
                     .collect()
             })
             .collect();
@@ -127,8 +184,9 @@ impl StreamingTable {
                         DataType::Timestamp(..) => 26,
                         _ => 0,
                     };
-                    let widest = rows.iter().map(|r| r[c].chars().count()).max();
-                    let width = f.name().chars().count().max(floor).max(widest.unwrap_or(0));
+                    // Columns on the screen, not characters: a wide (CJK, emoji) one takes two.
+                    let widest = rows.iter().map(|r| r[c].width()).max();
+                    let width = f.name().width().max(floor).max(widest.unwrap_or(0));
                     u16::try_from(width + 2).unwrap_or(u16::MAX)
                 })
                 .collect();
@@ -194,6 +252,27 @@ mod tests {
         assert_eq!(lines[4], "| NULL | bb   | 1970-01-01 00:00:01 |");
         let empty = render_table(&b_schema(), &[]).unwrap();
         assert!(empty.contains("| id | name | ts |"), "{empty}");
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_wide_ones_align() {
+        let b = batch(vec![Some(1), Some(2)], vec!["two\nlines", "\u{1b}[31mred"]);
+        let text = render_table(&b.schema(), std::slice::from_ref(&b)).unwrap();
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(
+            text.contains("two\\nlines") && text.contains("\\x1b[31mred"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 6, "{text}");
+        let mut streaming = StreamingTable::default();
+        // The first batch fixes the widths: a wide name takes two columns a character, and
+        // a later, narrower batch keeps the column as wide.
+        let wide = batch(vec![Some(1)], vec!["日本語"]);
+        let mut out = streaming.render(&wide.schema(), &wide).unwrap();
+        let later = batch(vec![Some(2)], vec!["ab"]);
+        out.push_str(&streaming.render(&later.schema(), &later).unwrap());
+        let widths: Vec<usize> = out.lines().map(UnicodeWidthStr::width).collect();
+        assert!(widths.windows(2).all(|w| w[0] == w[1]), "{out}");
     }
 
     fn b_schema() -> SchemaRef {
