@@ -7,6 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use postgres::{Client, SimpleQueryMessage};
+
 use super::process::weir_binary;
 
 pub struct WireServer {
@@ -128,4 +130,39 @@ impl Drop for WireServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `events.csv` (from `reference::write_input`) with a 2 s watermark.
+pub const CREATE_EVENTS: &str =
+    "CREATE TABLE events (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP, \
+     WATERMARK FOR ts AS ts - INTERVAL '2' SECOND) \
+     WITH (connector = 'file', path = 'events.csv', format = 'csv', header = 'true')";
+
+/// Nexmark bids at 2,000 a second, endless.
+pub const NEXMARK_BIDS: &str =
+    "CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, \
+     url VARCHAR, date_time TIMESTAMP, extra VARCHAR, \
+     WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) \
+     WITH (connector = 'nexmark', stream = 'bid', rate = '2000')";
+
+/// The rows of a simple-protocol query as text.
+pub fn simple_rows(client: &mut Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    client
+        .simple_query(sql)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// An error's SQLSTATE (or why there is none).
+pub fn code(e: &postgres::Error) -> String {
+    e.code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_else(|| format!("no SQLSTATE in {e}"))
 }
