@@ -1,25 +1,79 @@
 //! The operator trait: what a dataflow operator implements. The runtime does everything else
 //! (channels, watermark minimum, barrier alignment, routing).
 
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
 use crate::message::EventTime;
 
+/// The most rows of a batch passed between operators (DataFusion's batch size).
+pub const MAX_BATCH_ROWS: usize = 8192;
+
 /// Where an operator puts the batches it emits. The runtime passes them on to the next operator
-/// in the chain, or across the stage's output edge.
-#[derive(Debug, Default)]
-pub struct Output {
+/// in the chain, or across the stage's output edge, when the call returns; or, while it
+/// fires windows (watermarks, end of input), at each [`Output::flush`], so that an operator
+/// emitting more than fits in memory in one call (a large window, merged in parts) never holds
+/// all of it.
+#[derive(Default)]
+pub struct Output<'a> {
     batches: Vec<RecordBatch>,
     late: Vec<RecordBatch>,
+    /// Where flushed batches go, when the runtime streams this call's output.
+    stream: Option<&'a mut dyn FnMut(RecordBatch) -> Result<()>>,
 }
 
-impl Output {
-    /// Emit a batch downstream. Empty batches are dropped.
-    pub fn emit(&mut self, batch: RecordBatch) {
-        if batch.num_rows() > 0 {
-            self.batches.push(batch);
+impl std::fmt::Debug for Output<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Output")
+            .field("batches", &self.batches.len())
+            .field("late", &self.late.len())
+            .field("streaming", &self.stream.is_some())
+            .finish()
+    }
+}
+
+impl<'a> Output<'a> {
+    /// An output whose flushed batches go to `stream` at once.
+    pub fn streaming(stream: &'a mut dyn FnMut(RecordBatch) -> Result<()>) -> Self {
+        Self {
+            batches: Vec::new(),
+            late: Vec::new(),
+            stream: Some(stream),
         }
+    }
+
+    /// Emit a batch downstream. Empty batches are dropped; one of more than
+    /// [`MAX_BATCH_ROWS`] rows goes on as copies of that many rows each, so that what waits in
+    /// a channel (a number of batches) stays small whatever an operator emits at once.
+    pub fn emit(&mut self, batch: RecordBatch) {
+        let rows = batch.num_rows();
+        if rows <= MAX_BATCH_ROWS {
+            if rows > 0 {
+                self.batches.push(batch);
+            }
+            return;
+        }
+        for at in (0..rows).step_by(MAX_BATCH_ROWS) {
+            let slice = batch.slice(at, MAX_BATCH_ROWS.min(rows - at));
+            // A copy, so that no chunk keeps the whole batch alive.
+            match concat_batches(&slice.schema(), [&slice]) {
+                Ok(chunk) => self.batches.push(chunk),
+                Err(_) => self.batches.push(slice),
+            }
+        }
+    }
+
+    /// Passes on what was emitted so far, now, when the runtime streams this call's output
+    /// (otherwise it waits for the call to return). Errors are those of the operators
+    /// downstream.
+    pub fn flush(&mut self) -> Result<()> {
+        if let Some(stream) = self.stream.as_mut() {
+            for b in std::mem::take(&mut self.batches) {
+                stream(b)?;
+            }
+        }
+        Ok(())
     }
 
     /// Take what was emitted so far.

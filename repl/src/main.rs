@@ -19,6 +19,23 @@ use crate::output::Format;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+extern "C" {
+    /// mimalloc's `mi_option_set` (linked through the `mimalloc` crate).
+    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+}
+
+/// `mi_option_purge_delay` in mimalloc v3's `mi_option_e` (include/mimalloc.h), the version
+/// the `mimalloc` crate builds by default.
+const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+
+/// Freed memory goes back to the kernel at once instead of after mimalloc's default 10 ms:
+/// a window firing or spilling frees hundreds of megabytes in bursts, and with the delay
+/// they stayed resident next to the next burst's (peak RSS of a 5 M-key window 1.4x higher).
+fn return_freed_memory_at_once() {
+    // SAFETY: sets a plain integer option; mimalloc reads options atomically.
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
 /// weir: a streaming SQL engine with event-time windows.
 #[derive(Debug, Parser)]
 #[command(name = "weir", version, about)]
@@ -68,6 +85,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    return_freed_memory_at_once();
     let cli = Cli::parse();
     let mut config = SessionConfig {
         data_dir: cli.data_dir.clone(),

@@ -36,6 +36,7 @@ use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MAX};
 use crate::metrics::JobMetrics;
 use crate::operator::{Operator, Output};
+use crate::operators::windowed::{buckets_for, hash_buckets};
 use crate::operators::windowed::{
     LaneState, OpenWindows, PartRoute, Run, WindowColumn, WindowContents,
 };
@@ -328,8 +329,17 @@ impl WindowAggregateOperator {
             .enforce_budget(|_, window| window.into_part(schema))
     }
 
-    /// Fires the window ending at `end`: its memory part merged with its stored parts.
+    /// Fires the window ending at `end`: its memory part merged with its stored parts; in
+    /// buckets of keys when that is more than the memory budget allows at once.
     fn fire(&mut self, end: EventTime, out: &mut Output) -> Result<()> {
+        let buckets = match self.spec.keys.len() {
+            0 => 1,
+            // A piece's merged groups take up to about four times its stored bytes.
+            _ => buckets_for(self.windows.window_bytes(0, end)?, self.windows.budget(), 4),
+        };
+        if buckets > 1 {
+            return self.fire_spread(end, buckets, out);
+        }
         let taken = self.windows.take(0, end)?;
         let mut window = match taken.memory {
             Some(w) => w,
@@ -354,6 +364,32 @@ impl WindowAggregateOperator {
             out.emit(batch);
         }
         Ok(())
+    }
+
+    /// Fires a window larger than the budget: its state spread over `buckets` by key, each
+    /// bucket merged and emitted on its own and passed on before the next is read.
+    fn fire_spread(&mut self, end: EventTime, buckets: usize, out: &mut Output) -> Result<()> {
+        let schema = &self.state_schema;
+        let keys = self.spec.keys.len();
+        self.windows
+            .spread(0, end, |w| w.into_part(schema), &mut |part| {
+                hash_buckets(part, keys, buckets)
+            })?;
+        for bucket in 0..buckets {
+            let parts = self.windows.take_bucket(0, end, bucket)?;
+            if parts.is_empty() {
+                continue;
+            }
+            let mut window = WindowGroups::new(&self.spec, &self.key_schema)?;
+            for part in parts {
+                window.merge(&part, keys, &self.state_widths, &mut self.group_ids)?;
+            }
+            if let Some(batch) = self.emit(end, window)? {
+                out.emit(batch);
+            }
+            out.flush()?;
+        }
+        self.windows.drop_spread(0, end)
     }
 
     /// Emits the final rows of one window.

@@ -32,76 +32,72 @@ impl Chain {
 
     /// Hands late rows to the writer (dropped without one: they were counted already).
     pub fn late(&mut self, batches: Vec<RecordBatch>) -> Result<()> {
-        let Some(writer) = self.late.as_mut() else {
-            return Ok(());
-        };
-        let mut unused = Output::default();
-        for b in batches {
-            writer
-                .process_batch(b, 0, &mut unused)
-                .map_err(|e| at_operator(writer.as_ref(), e))?;
-        }
-        Ok(())
-    }
-
-    /// Pushes batches emitted by operator `from - 1` through operators `from..`.
-    fn push_from(
-        &mut self,
-        from: usize,
-        mut batches: Vec<RecordBatch>,
-    ) -> Result<Vec<RecordBatch>> {
-        let mut out = Output::default();
-        let mut late = Vec::new();
-        for op in self.ops.iter_mut().skip(from) {
-            if batches.is_empty() {
-                break;
-            }
-            for b in batches {
-                op.process_batch(b, 0, &mut out)
-                    .map_err(|e| at_operator(op.as_ref(), e))?;
-            }
-            batches = out.take();
-            late.extend(out.take_late());
-        }
-        self.late(late)?;
-        Ok(batches)
-    }
-
-    /// What an operator emitted: its late rows to the writer, its rows on through the chain.
-    fn emitted(&mut self, from: usize, mut out: Output) -> Result<Vec<RecordBatch>> {
-        let late = out.take_late();
-        self.late(late)?;
-        self.push_from(from, out.take())
+        write_late(&mut self.late, batches)
     }
 
     /// Feeds a batch from logical input `input` into the first operator.
     pub fn process(&mut self, batch: RecordBatch, input: usize) -> Result<Vec<RecordBatch>> {
-        let Some(first) = self.ops.first_mut() else {
+        let Some((first, rest)) = self.ops.split_first_mut() else {
             return Ok(vec![batch]);
         };
         let mut out = Output::default();
         first
             .process_batch(batch, input, &mut out)
             .map_err(|e| at_operator(first.as_ref(), e))?;
-        self.emitted(1, out)
+        write_late(&mut self.late, out.take_late())?;
+        push_through(rest, &mut self.late, out.take())
     }
 
-    /// Advances the watermark through the chain. Returns the batches that came out and the
+    /// Advances the watermark through the chain; what comes out goes to `emit` as it comes
+    /// (a fired window that is merged in parts is passed on part by part). Returns the
     /// watermark to forward.
     pub fn on_watermark(
         &mut self,
         mut watermark: EventTime,
-    ) -> Result<(Vec<RecordBatch>, EventTime)> {
-        let mut emitted = Vec::new();
+        emit: &mut dyn FnMut(RecordBatch) -> Result<()>,
+    ) -> Result<EventTime> {
         for i in 0..self.ops.len() {
-            let mut out = Output::default();
-            let op = &mut self.ops[i];
-            watermark = op
-                .on_watermark(watermark, &mut out)
-                .map_err(|e| at_operator(op.as_ref(), e))?;
-            emitted.extend(self.emitted(i + 1, out)?);
+            watermark = self.each_streaming(i, emit, |op, out| op.on_watermark(watermark, out))?;
         }
-        Ok((emitted, watermark))
+        Ok(watermark)
+    }
+
+    /// All inputs ended: lets each operator flush, in order; what comes out goes to `emit` as
+    /// it comes.
+    pub fn finish(&mut self, emit: &mut dyn FnMut(RecordBatch) -> Result<()>) -> Result<()> {
+        for i in 0..self.ops.len() {
+            self.each_streaming(i, emit, |op, out| op.finish(out))?;
+        }
+        Ok(())
+    }
+
+    /// Calls operator `i` with an output that passes what it flushes through the operators
+    /// after it and on to `emit`.
+    fn each_streaming<R>(
+        &mut self,
+        i: usize,
+        emit: &mut dyn FnMut(RecordBatch) -> Result<()>,
+        call: impl FnOnce(&mut dyn Operator, &mut Output) -> Result<R>,
+    ) -> Result<R> {
+        let (head, rest) = self.ops.split_at_mut(i + 1);
+        let op = &mut head[i];
+        let late = &mut self.late;
+        let mut late_rows = Vec::new();
+        let result = {
+            let mut pass_on = |b: RecordBatch| -> Result<()> {
+                for b in push_through(rest, late, vec![b])? {
+                    emit(b)?;
+                }
+                Ok(())
+            };
+            let mut out = Output::streaming(&mut pass_on);
+            let result = call(op.as_mut(), &mut out).map_err(|e| at_operator(op.as_ref(), e))?;
+            late_rows.extend(out.take_late());
+            out.flush()?;
+            result
+        };
+        write_late(late, late_rows)?;
+        Ok(result)
     }
 
     /// Snapshots every operator for `epoch`, in order, then the late-rows writer. Returns the
@@ -118,17 +114,41 @@ impl Chain {
         }
         Ok(commits)
     }
+}
 
-    /// All inputs ended: let each operator flush, in order.
-    pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
-        let mut emitted = Vec::new();
-        for i in 0..self.ops.len() {
-            let mut out = Output::default();
-            let op = &mut self.ops[i];
-            op.finish(&mut out)
-                .map_err(|e| at_operator(op.as_ref(), e))?;
-            emitted.extend(self.emitted(i + 1, out)?);
-        }
-        Ok(emitted)
+/// Hands late rows to the writer (dropped without one: they were counted already).
+fn write_late(writer: &mut Option<Box<dyn Operator>>, batches: Vec<RecordBatch>) -> Result<()> {
+    let Some(writer) = writer.as_mut() else {
+        return Ok(());
+    };
+    let mut unused = Output::default();
+    for b in batches {
+        writer
+            .process_batch(b, 0, &mut unused)
+            .map_err(|e| at_operator(writer.as_ref(), e))?;
     }
+    Ok(())
+}
+
+/// Pushes `batches` through `ops`, in order; their late rows go to `late`.
+fn push_through(
+    ops: &mut [Box<dyn Operator>],
+    late: &mut Option<Box<dyn Operator>>,
+    mut batches: Vec<RecordBatch>,
+) -> Result<Vec<RecordBatch>> {
+    let mut out = Output::default();
+    let mut late_rows = Vec::new();
+    for op in ops.iter_mut() {
+        if batches.is_empty() {
+            break;
+        }
+        for b in batches {
+            op.process_batch(b, 0, &mut out)
+                .map_err(|e| at_operator(op.as_ref(), e))?;
+        }
+        batches = out.take();
+        late_rows.extend(out.take_late());
+    }
+    write_late(late, late_rows)?;
+    Ok(batches)
 }

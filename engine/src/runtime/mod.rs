@@ -42,7 +42,8 @@ pub struct JobConfig {
     /// Exactly-once: align barriers at every task with several inputs. At-least-once: don't
     /// (a replay after a failure may then duplicate output, never lose it).
     pub align_barriers: bool,
-    /// Bytes of window state a task keeps in memory before spilling to its store.
+    /// Bytes of state the job keeps in memory before spilling to its stores, shared evenly by
+    /// its tasks.
     pub memory_budget: usize,
     /// `idle_timeout` of sources whose table sets none (`SET idle_timeout`); `None`: a silent
     /// partition holds the watermark back, as without the setting.

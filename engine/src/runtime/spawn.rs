@@ -77,6 +77,7 @@ pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
         reports: report_tx,
         barriers: Vec::new(),
         threads: Vec::new(),
+        task_budget: task_budget(config.memory_budget, &graph),
     };
     let started = launch.stages(&graph, receivers, outlets);
     let Launch {
@@ -286,6 +287,17 @@ struct Launch<'a> {
     /// The barrier channel of each source task (durable jobs).
     barriers: Vec<(TaskId, Sender<Barrier>)>,
     threads: Vec<JoinHandle<()>>,
+    /// The memory budget of each task: the job's, shared evenly.
+    task_budget: usize,
+}
+
+/// Each task's share of the job's memory budget (`usize::MAX`: no budget).
+fn task_budget(budget: usize, graph: &JobGraph) -> usize {
+    if budget == usize::MAX {
+        return budget;
+    }
+    let tasks: usize = graph.stages.iter().map(|s| s.parallelism.max(1)).sum();
+    (budget / tasks.max(1)).max(1)
 }
 
 impl Launch<'_> {
@@ -313,7 +325,7 @@ impl Launch<'_> {
 
     /// The task's state: restored from the checkpoint, fresh on disk, or in memory.
     fn task_state(&self, task: TaskId, stage: &Stage) -> Result<Arc<TaskState>> {
-        let budget = self.config.memory_budget;
+        let budget = self.task_budget;
         let state = match (self.job_dir, self.restore) {
             (Some(dir), Some(r)) => {
                 r.task_state(task, stage.parallelism, &dir.working_state(task), budget)

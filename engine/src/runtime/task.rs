@@ -43,15 +43,37 @@ impl Outlets {
     }
 
     fn watermark(&mut self, chain: &mut Chain, w: EventTime) -> Result<(), TaskExit> {
-        let (batches, out_wm) = chain.on_watermark(w)?;
-        self.batches(batches)?;
+        let out_wm = self.streaming(|emit| chain.on_watermark(w, emit))?;
         self.control(Message::Watermark(out_wm))
     }
 
     fn end(&mut self, chain: &mut Chain) -> Result<(), TaskExit> {
-        let batches = chain.finish()?;
-        self.batches(batches)?;
+        self.streaming(|emit| chain.finish(emit))?;
         self.control(Message::End)
+    }
+
+    /// Runs `call` with an emitter that sends each batch downstream at once. A send that
+    /// fails ends the call; its reason (a neighbour gone, or an error) is what comes back.
+    fn streaming<R>(
+        &mut self,
+        call: impl FnOnce(
+            &mut dyn FnMut(RecordBatch) -> crate::error::Result<()>,
+        ) -> crate::error::Result<R>,
+    ) -> Result<R, TaskExit> {
+        let mut failed = None;
+        let result = call(&mut |b| match self.batches(vec![b]) {
+            Ok(()) => Ok(()),
+            Err(exit) => {
+                failed = Some(exit);
+                Err(crate::error::EngineError::Internal(
+                    "the task's output was closed".into(),
+                ))
+            }
+        });
+        match (failed, result) {
+            (Some(exit), _) => Err(exit),
+            (None, result) => Ok(result?),
+        }
     }
 }
 

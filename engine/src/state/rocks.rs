@@ -24,11 +24,11 @@ fn state_error(what: &str, path: &Path, e: rocksdb::Error) -> EngineError {
 static SHARED: Mutex<BTreeMap<PathBuf, Arc<RocksDbStateBackend>>> = Mutex::new(BTreeMap::new());
 
 /// Memtable size of one store (RocksDB's default is 64 MiB per store).
-const WRITE_BUFFER_BYTES: usize = 16 << 20;
+const WRITE_BUFFER_BYTES: usize = 4 << 20;
 /// Memtables of all stores of the process together.
-const ALL_WRITE_BUFFERS_BYTES: usize = 256 << 20;
+const ALL_WRITE_BUFFERS_BYTES: usize = 32 << 20;
 /// Block cache shared by all stores of the process.
-const BLOCK_CACHE_BYTES: usize = 64 << 20;
+const BLOCK_CACHE_BYTES: usize = 16 << 20;
 
 /// The block cache and memtable budget every store of the process shares.
 fn shared_memory() -> &'static (rocksdb::Cache, rocksdb::WriteBufferManager) {

@@ -142,3 +142,36 @@ fn held_rows_survive_a_restore_and_a_spill() {
     assert_eq!(int_rows(&h.take_output()).len(), 1);
     assert_eq!(h.stored_entries().unwrap(), 2);
 }
+
+#[test]
+fn windows_past_the_budget_come_out_sorted_one_key_range_at_a_time() {
+    let mut rng = crate::operators::harness::Rng::new(3);
+    let rows: Vec<(i64, Option<i64>)> = (0..60_000)
+        .map(|i| {
+            (
+                rng.below(50_000) as i64,
+                Some(if i % 3 == 0 { 10 } else { 0 }),
+            )
+        })
+        .collect();
+    let mut want = rows.clone();
+    want.sort_by_key(|r| (r.0, r.1));
+    for budget in [usize::MAX, 64 << 10] {
+        let mut h = emit_order(true)
+            .with_memory_budget(budget)
+            .start(1)
+            .unwrap();
+        for chunk in rows.chunks(700) {
+            h.batch(0, batch(chunk)).unwrap();
+        }
+        h.watermark(25).unwrap();
+        let batches = emitted(&mut h);
+        assert!(
+            batches.iter().all(|b| b.len() <= 8192),
+            "batches are cut to the batch size"
+        );
+        let got: Vec<_> = batches.into_iter().flatten().collect();
+        assert!(got == want, "sorted and complete with budget {budget}");
+        assert_eq!(h.stored_entries().unwrap(), 0, "nothing is left behind");
+    }
+}

@@ -25,4 +25,4 @@ pub use column::{WindowBound, WindowColumn, WindowEdge};
 pub use keyed_rows::KeyedRows;
 pub use open_windows::{BufferedRows, LaneState, OpenWindows, Taken, WindowContents};
 pub use runs::{split_by_window, Run, RunRows, MAX_SLICED_RUNS};
-pub use store::{PartRoute, WindowStore};
+pub use store::{buckets_for, hash_buckets, PartRoute, WindowStore, MAX_BUCKETS};

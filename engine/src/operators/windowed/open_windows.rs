@@ -48,6 +48,15 @@ impl BufferedRows {
         }
     }
 
+    /// The rows as one part, copied (`None` when there are none).
+    pub fn to_part(&self, schema: &SchemaRef) -> Result<Option<RecordBatch>> {
+        match self.batches.len() {
+            0 => Ok(None),
+            1 => Ok(self.batches.first().cloned()),
+            _ => Ok(Some(concat_batches(schema, &self.batches)?)),
+        }
+    }
+
     pub fn into_batches(self) -> Vec<RecordBatch> {
         self.batches
     }
@@ -165,14 +174,16 @@ impl<T: WindowContents> OpenWindows<T> {
         result
     }
 
-    /// When memory holds more than the budget, writes windows to the store, those that fire
-    /// last first (every lane's part of a window together), until at most half of it is held.
+    /// When memory holds more than half the budget, writes windows to the store, those that
+    /// fire last first (every lane's part of a window together), until at most a quarter of
+    /// it is held. Half: writing a window out makes a copy of it for a moment.
     /// `to_part` turns a lane's window into the part to store (`None`: nothing to store).
     pub fn enforce_budget(
         &mut self,
         to_part: impl FnMut(usize, T) -> Result<Option<RecordBatch>>,
     ) -> Result<()> {
-        if self.budget == usize::MAX || self.held <= self.budget {
+        let limit = self.budget / 2;
+        if self.budget == usize::MAX || self.held <= limit {
             return Ok(());
         }
         let mut by_end: BTreeMap<EventTime, usize> = BTreeMap::new();
@@ -184,7 +195,7 @@ impl<T: WindowContents> OpenWindows<T> {
         let mut remaining = self.held;
         let mut from = None;
         for (end, bytes) in by_end.iter().rev() {
-            if remaining <= self.budget / 2 {
+            if remaining <= limit / 2 {
                 break;
             }
             remaining = remaining.saturating_sub(*bytes);
@@ -289,6 +300,73 @@ impl<T: WindowContents> OpenWindows<T> {
             Vec::new()
         };
         Ok(Taken { memory, parts })
+    }
+
+    /// Bytes the memory of this instance may hold.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Bytes the window ending at `end` of `lane` holds, in memory and in the store (encoded).
+    pub fn window_bytes(&mut self, lane: usize, end: EventTime) -> Result<u64> {
+        let lane = &mut self.lanes[lane];
+        let memory = lane.memory.get(&end).map_or(0, |w| w.bytes() as u64);
+        Ok(memory + lane.store.stored_bytes(end)?)
+    }
+
+    /// Takes the window ending at `end` of `lane` apart for firing in pieces: what memory
+    /// holds (made a part by `to_part`) and its stored parts are spread over buckets,
+    /// `assign` giving each row of a part its bucket. Read them with [`Self::take_bucket`],
+    /// then [`Self::drop_spread`].
+    pub fn spread(
+        &mut self,
+        lane: usize,
+        end: EventTime,
+        to_part: impl FnOnce(T) -> Result<Option<RecordBatch>>,
+        assign: &mut dyn FnMut(&RecordBatch) -> Result<Vec<usize>>,
+    ) -> Result<()> {
+        let lane = &mut self.lanes[lane];
+        let memory = match lane.memory.remove(&end) {
+            Some(w) => {
+                self.held = self.held.saturating_sub(w.bytes());
+                to_part(w)?
+            }
+            None => None,
+        };
+        lane.store.spread(end, memory, assign)
+    }
+
+    /// Calls `visit` with what the window ending at `end` of `lane` holds in memory, then with
+    /// each of its stored parts, one at a time (`as_part` reads the memory as a part).
+    pub fn for_each_part(
+        &self,
+        lane: usize,
+        end: EventTime,
+        as_part: impl FnOnce(&T) -> Result<Option<RecordBatch>>,
+        mut visit: impl FnMut(RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        let lane = &self.lanes[lane];
+        if let Some(part) = lane.memory.get(&end).map(as_part).transpose()?.flatten() {
+            visit(part)?;
+        }
+        lane.store.for_each_part(end, &lane.part_schema, visit)
+    }
+
+    /// The parts of bucket `bucket` of a window taken apart by [`Self::spread`].
+    pub fn take_bucket(
+        &mut self,
+        lane: usize,
+        end: EventTime,
+        bucket: usize,
+    ) -> Result<Vec<RecordBatch>> {
+        let lane = &mut self.lanes[lane];
+        lane.store.take_bucket(end, bucket, &lane.part_schema)
+    }
+
+    /// The window taken apart by [`Self::spread`] fired: drops what is left of it.
+    pub fn drop_spread(&mut self, lane: usize, end: EventTime) -> Result<()> {
+        self.declared.remove(&end);
+        self.lanes[lane].store.drop_window(end)
     }
 
     /// A barrier of `epoch`: writes every window held in memory to the store, so the store

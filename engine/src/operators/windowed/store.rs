@@ -7,13 +7,14 @@
 //! window are one key range: firing reads it, dropping it is one range delete, and windows
 //! come out of a scan in order of end.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray, UInt32Array};
 use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::hash_utils::{create_hashes, RandomState};
 
 use super::WindowBound;
 use crate::error::{EngineError, Result};
@@ -23,6 +24,40 @@ use crate::state::{decode_batch, encode_batch, StateBackend, StateHandle, WriteB
 
 const END_LEN: usize = 8;
 const KEY_LEN: usize = 1 + END_LEN + 8 + 4;
+
+/// The most buckets a window is spread over when it fires ([`WindowStore::spread`]).
+pub const MAX_BUCKETS: usize = 1 << 16;
+/// Epoch label of bucket 0 of a spread window: above every real epoch, so a window's spread
+/// parts follow its own in its key range (bucket `b` is labelled `SPREAD_EPOCH + b`).
+const SPREAD_EPOCH: u64 = u64::MAX - MAX_BUCKETS as u64;
+/// Seed of the hash that spreads keys over buckets: not the exchange's, so the keys of one
+/// instance (which share their exchange hash modulo the parallelism) spread evenly.
+const SPREAD_SEED: u64 = 0x7370_7265_6164_6b65;
+
+/// Pieces to take state of `bytes` (in memory and stored) apart in, when it fires, so that
+/// each piece fits in `budget` once worked on, which takes up to `factor` times its stored
+/// bytes. State too small to be worth it (pieces under 64 KiB) stays whole (1).
+pub fn buckets_for(bytes: u64, budget: usize, factor: u64) -> usize {
+    if budget == usize::MAX || bytes.saturating_mul(factor) <= budget as u64 {
+        return 1;
+    }
+    let wanted = bytes.saturating_mul(factor).div_ceil(budget.max(1) as u64);
+    let most = (bytes / (64 << 10)).max(1);
+    wanted.min(most).min(MAX_BUCKETS as u64) as usize
+}
+
+/// Buckets of `part`'s rows by a hash of its first `keys` columns, out of `buckets`: rows of
+/// one key share a bucket.
+pub fn hash_buckets(part: &RecordBatch, keys: usize, buckets: usize) -> Result<Vec<usize>> {
+    let mut hashes = vec![0u64; part.num_rows()];
+    create_hashes(
+        &part.columns()[..keys.min(part.num_columns())],
+        &RandomState::with_seed(SPREAD_SEED),
+        &mut hashes,
+    )?;
+    let buckets = buckets.clamp(1, MAX_BUCKETS) as u64;
+    Ok(hashes.iter().map(|h| (h % buckets) as usize).collect())
+}
 
 /// Order-preserving encoding of an event time.
 fn encode_end(end: EventTime) -> [u8; END_LEN] {
@@ -82,8 +117,9 @@ impl PartRoute {
 /// The stored parts of one windowed operator instance (one side of a join).
 pub struct WindowStore {
     handle: StateHandle,
-    /// Ends of windows with parts in the store.
-    stored: BTreeSet<EventTime>,
+    /// Ends of windows with parts in the store, with the bytes of their parts (`None`: not
+    /// known, for windows found in a restored store).
+    stored: BTreeMap<EventTime, Option<u64>>,
     /// Label of parts written now: the epoch they belong to.
     epoch: u64,
     counter: u32,
@@ -95,7 +131,7 @@ impl WindowStore {
     pub fn open(handle: StateHandle, route: PartRoute, restored_epoch: u64) -> Result<Self> {
         let mut me = Self {
             handle,
-            stored: BTreeSet::new(),
+            stored: BTreeMap::new(),
             epoch: restored_epoch + 1,
             counter: 0,
         };
@@ -121,7 +157,7 @@ impl WindowStore {
         let mut from = lo;
         while let Some(key) = store.first_key(&from, &hi)? {
             let end = decode_end(&key[self.handle.prefix_len()..])?;
-            self.stored.insert(end);
+            self.stored.insert(end, None);
             if end == EventTime::MAX {
                 break;
             }
@@ -149,11 +185,12 @@ impl WindowStore {
             }
             let kept = take_record_batch(&part, &UInt32Array::from(mine))?;
             let key = self.next_key(end, 0);
+            let value = encode_batch(&kept)?;
+            self.add_bytes(end, value.len());
             store.write(WriteBatch {
-                puts: vec![(key, encode_batch(&kept)?)],
+                puts: vec![(key, value)],
                 delete_ranges: vec![],
             })?;
-            self.stored.insert(end);
         }
         Ok(())
     }
@@ -175,10 +212,168 @@ impl WindowStore {
         let mut batch = WriteBatch::default();
         for (end, part) in parts {
             let key = self.next_key(end, self.epoch);
-            batch.puts.push((key, encode_batch(&part)?));
-            self.stored.insert(end);
+            let value = encode_batch(&part)?;
+            self.add_bytes(end, value.len());
+            batch.puts.push((key, value));
         }
         self.handle.store()?.write(batch)
+    }
+
+    fn add_bytes(&mut self, end: EventTime, bytes: usize) {
+        let known = self.stored.entry(end).or_insert(Some(0));
+        if let Some(known) = known {
+            *known += bytes as u64;
+        }
+    }
+
+    /// Bytes of the stored parts of the window ending at `end` (read from the store when not
+    /// known: a window of a restored store).
+    pub fn stored_bytes(&mut self, end: EventTime) -> Result<u64> {
+        match self.stored.get(&end) {
+            None => Ok(0),
+            Some(Some(bytes)) => Ok(*bytes),
+            Some(None) => {
+                let (lo, hi) = self.window_range(end);
+                let store = self.handle.store()?;
+                let mut bytes = 0u64;
+                for key in part_keys(store.as_ref(), &lo, &hi)? {
+                    bytes += store.get(&key)?.map_or(0, |v| v.len() as u64);
+                }
+                self.stored.insert(end, Some(bytes));
+                Ok(bytes)
+            }
+        }
+    }
+
+    /// The key range of every part of the window ending at `end`.
+    fn window_range(&self, end: EventTime) -> (Vec<u8>, Vec<u8>) {
+        let lo = self.handle.key(&encode_end(end));
+        let hi = match end.checked_add(1) {
+            Some(next) => self.handle.key(&encode_end(next)),
+            None => self.handle.all().1,
+        };
+        (lo, hi)
+    }
+
+    /// The key range of bucket `bucket` of the window ending at `end`, once spread.
+    fn bucket_range(&self, end: EventTime, bucket: usize) -> (Vec<u8>, Vec<u8>) {
+        let at = |epoch: u64| {
+            let mut suffix = Vec::with_capacity(KEY_LEN - 1);
+            suffix.extend_from_slice(&encode_end(end));
+            suffix.extend_from_slice(&epoch.to_be_bytes());
+            self.handle.key(&suffix)
+        };
+        let label = SPREAD_EPOCH + bucket as u64;
+        (at(label), at(label + 1))
+    }
+
+    /// Calls `visit` with each stored part of the window ending at `end`, one at a time.
+    pub fn for_each_part(
+        &self,
+        end: EventTime,
+        schema: &SchemaRef,
+        mut visit: impl FnMut(RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        let store = self.handle.store()?;
+        let (lo, _) = self.window_range(end);
+        let (spread_lo, _) = self.bucket_range(end, 0);
+        for key in part_keys(store.as_ref(), &lo, &spread_lo)? {
+            if let Some(value) = store.get(&key)? {
+                visit(checked_part(&value, schema)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites the stored parts of the window ending at `end`, and `extra` (what it holds in
+    /// memory), spread over buckets: `assign` gives each row of a part its bucket (below
+    /// [`MAX_BUCKETS`]). Each bucket can then be taken on its own ([`Self::take_bucket`]).
+    /// Reads and rewrites one part at a time. A spread window is only ever taken, bucket by
+    /// bucket, then dropped ([`Self::drop_window`]), between two barriers: no checkpoint
+    /// sees the spread parts.
+    pub fn spread(
+        &mut self,
+        end: EventTime,
+        extra: Option<RecordBatch>,
+        assign: &mut dyn FnMut(&RecordBatch) -> Result<Vec<usize>>,
+    ) -> Result<()> {
+        let store = self.handle.store()?;
+        let (lo, _) = self.window_range(end);
+        let (spread_lo, _) = self.bucket_range(end, 0);
+        let mut counter = 0u32;
+        let mut rewrite = |part: &RecordBatch, me: &Self| -> Result<WriteBatch> {
+            let mut rows: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+            for (row, bucket) in assign(part)?.into_iter().enumerate() {
+                rows.entry(bucket.min(MAX_BUCKETS - 1))
+                    .or_default()
+                    .push(row as u32);
+            }
+            let mut batch = WriteBatch::default();
+            for (bucket, rows) in rows {
+                let piece = take_record_batch(part, &UInt32Array::from(rows))?;
+                counter += 1;
+                let mut key = me.bucket_range(end, bucket).0;
+                key.extend_from_slice(&counter.to_be_bytes());
+                batch.puts.push((key, encode_batch(&piece)?));
+            }
+            Ok(batch)
+        };
+        for key in part_keys(store.as_ref(), &lo, &spread_lo)? {
+            let Some(value) = store.get(&key)? else {
+                continue;
+            };
+            let part = decode_batch(&value)?;
+            drop(value);
+            for slice in slices(&part) {
+                store.write(rewrite(&slice, self)?)?;
+            }
+            let mut after = key.clone();
+            after.push(0);
+            store.write(WriteBatch {
+                puts: vec![],
+                delete_ranges: vec![(key, after)],
+            })?;
+        }
+        if let Some(part) = extra {
+            for slice in slices(&part) {
+                store.write(rewrite(&slice, self)?)?;
+            }
+        }
+        self.stored.insert(end, None);
+        Ok(())
+    }
+
+    /// Reads and deletes bucket `bucket` of a window [`Self::spread`] before.
+    pub fn take_bucket(
+        &mut self,
+        end: EventTime,
+        bucket: usize,
+        schema: &SchemaRef,
+    ) -> Result<Vec<RecordBatch>> {
+        let (lo, hi) = self.bucket_range(end, bucket);
+        let store = self.handle.store()?;
+        let parts = store
+            .scan(&lo, &hi)?
+            .into_iter()
+            .map(|(_, v)| checked_part(&v, schema))
+            .collect::<Result<Vec<_>>>()?;
+        store.write(WriteBatch {
+            puts: vec![],
+            delete_ranges: vec![(lo, hi)],
+        })?;
+        Ok(parts)
+    }
+
+    /// Drops whatever is left of the window ending at `end`.
+    pub fn drop_window(&mut self, end: EventTime) -> Result<()> {
+        if self.stored.remove(&end).is_none() {
+            return Ok(());
+        }
+        let (lo, hi) = self.window_range(end);
+        self.handle.store()?.write(WriteBatch {
+            puts: vec![],
+            delete_ranges: vec![(lo, hi)],
+        })
     }
 
     /// A barrier of `epoch` passed: later parts belong to the next epoch.
@@ -189,50 +384,38 @@ impl WindowStore {
 
     /// Ends of stored windows at or before `watermark`, in order.
     pub fn ready(&self, watermark: EventTime) -> Vec<EventTime> {
-        self.stored.range(..=watermark).copied().collect()
+        self.stored
+            .range(..=watermark)
+            .map(|(end, _)| *end)
+            .collect()
     }
 
     /// Ends of stored windows in `from..=to`, in order.
     pub fn between(&self, from: EventTime, to: EventTime) -> impl Iterator<Item = EventTime> + '_ {
-        self.stored.range(from..=to.max(from)).copied()
+        self.stored.range(from..=to.max(from)).map(|(end, _)| *end)
     }
 
     /// The end of the first stored window, if any.
     pub fn first(&self) -> Option<EventTime> {
-        self.stored.first().copied()
+        self.stored.first_key_value().map(|(end, _)| *end)
     }
 
     /// Whether a window has parts in the store.
     pub fn has(&self, end: EventTime) -> bool {
-        self.stored.contains(&end)
+        self.stored.contains_key(&end)
     }
 
     /// Reads and deletes the parts of the window ending at `end`.
     pub fn take(&mut self, end: EventTime, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
-        if !self.stored.remove(&end) {
+        if self.stored.remove(&end).is_none() {
             return Ok(Vec::new());
         }
         let store = self.handle.store()?;
-        let lo = self.handle.key(&encode_end(end));
-        let hi = match end.checked_add(1) {
-            Some(next) => self.handle.key(&encode_end(next)),
-            None => self.handle.all().1,
-        };
+        let (lo, hi) = self.window_range(end);
         let parts = store
             .scan(&lo, &hi)?
             .into_iter()
-            .map(|(_, v)| {
-                let b = decode_batch(&v)?;
-                // Stored batches carry their own schema; check they still fit this plan.
-                if b.num_columns() != schema.fields().len() {
-                    return Err(EngineError::State(format!(
-                        "stored window state has {} columns, the plan expects {}",
-                        b.num_columns(),
-                        schema.fields().len()
-                    )));
-                }
-                Ok(b)
-            })
+            .map(|(_, v)| checked_part(&v, schema))
             .collect::<Result<Vec<_>>>()?;
         store.write(WriteBatch {
             puts: vec![],
@@ -240,6 +423,39 @@ impl WindowStore {
         })?;
         Ok(parts)
     }
+}
+
+/// Rows of `part` in slices small enough that spreading one copies little at a time.
+fn slices(part: &RecordBatch) -> impl Iterator<Item = RecordBatch> + '_ {
+    const ROWS: usize = 1 << 16;
+    (0..part.num_rows())
+        .step_by(ROWS)
+        .map(move |at| part.slice(at, ROWS.min(part.num_rows() - at)))
+}
+
+/// A stored part, checked against the plan's layout (stored batches carry their own schema).
+fn checked_part(value: &[u8], schema: &SchemaRef) -> Result<RecordBatch> {
+    let b = decode_batch(value)?;
+    if b.num_columns() != schema.fields().len() {
+        return Err(EngineError::State(format!(
+            "stored window state has {} columns, the plan expects {}",
+            b.num_columns(),
+            schema.fields().len()
+        )));
+    }
+    Ok(b)
+}
+
+/// The keys in `lo..hi`, without reading values (a window has few parts, each large).
+fn part_keys(store: &dyn StateBackend, lo: &[u8], hi: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let mut keys = Vec::new();
+    let mut from = lo.to_vec();
+    while let Some(key) = store.first_key(&from, hi)? {
+        from = key.clone();
+        from.push(0);
+        keys.push(key);
+    }
+    Ok(keys)
 }
 
 #[cfg(test)]
