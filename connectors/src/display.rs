@@ -1,17 +1,15 @@
 //! Text forms of values, shared by every front end (REPL, scripts, tests, the wire server)
 //! and the sinks: timestamps as `YYYY-MM-DD HH:MM:SS[.ffffff]`, the fraction only when not
 //! zero, nanoseconds when there are any (DESIGN.md §7); every other value as arrow's display
-//! formats it. CSV is written by arrow's writer over [`printable`] batches: fields quoted
-//! when they hold the delimiter, a quote or a line break, NULL an empty field. JSON lines
+//! formats it. CSV is weir's own ([`csv_lines`]): fields quoted when they hold the delimiter,
+//! a quote or a line break, or are empty; NULL an empty field without quotes. JSON lines
 //! are weir's own ([`json_lines`]): keys in column order, numbers, booleans and decimals
 //! unquoted, NULL null.
 
-use std::io::Write;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::csv;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit, TimestampNanosecondType};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -88,20 +86,62 @@ pub fn printable(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
-/// A CSV writer (arrow's) with weir's conventions: NULL is an empty field.
-pub fn csv_writer<W: Write>(out: W, header: bool, delimiter: u8) -> csv::Writer<W> {
-    csv::WriterBuilder::new()
-        .with_header(header)
-        .with_delimiter(delimiter)
-        .with_null(String::new())
-        .build(out)
+/// The rows of `batch` as CSV lines, after a header line when `header`: fields quoted when
+/// they hold the delimiter, a quote or a line break, or are empty; NULL an empty field
+/// without quotes. So NULL and '' stay apart, as in PostgreSQL's `COPY ... CSV`.
+pub fn csv_lines(batch: &RecordBatch, header: bool, delimiter: u8) -> Result<Vec<u8>, ArrowError> {
+    let mut out = Vec::new();
+    if header {
+        let names: Vec<Option<String>> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| Some(f.name().clone()))
+            .collect();
+        csv_record(&mut out, &names, delimiter);
+        out.push(b'\n');
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .map(column_strings)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut row = Vec::with_capacity(columns.len());
+    for r in 0..batch.num_rows() {
+        row.clear();
+        row.extend(columns.iter().map(|c| c[r].clone()));
+        csv_record(&mut out, &row, delimiter);
+        out.push(b'\n');
+    }
+    Ok(out)
 }
 
-/// The rows of `batch` as CSV lines, after a header line when `header`.
-pub fn csv_lines(batch: &RecordBatch, header: bool, delimiter: u8) -> Result<Vec<u8>, ArrowError> {
-    let mut writer = csv_writer(Vec::new(), header, delimiter);
-    writer.write(&printable(batch)?)?;
-    Ok(writer.into_inner())
+/// One CSV record (no line break) of `fields` (`None`: NULL).
+fn csv_record(out: &mut Vec<u8>, fields: &[Option<String>], delimiter: u8) {
+    for (i, field) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(delimiter);
+        }
+        let Some(value) = field else {
+            continue;
+        };
+        let quote = value.is_empty()
+            || value
+                .bytes()
+                .any(|b| b == delimiter || b == b'"' || b == b'\n' || b == b'\r');
+        if !quote {
+            out.extend_from_slice(value.as_bytes());
+            continue;
+        }
+        out.push(b'"');
+        for b in value.bytes() {
+            if b == b'"' {
+                out.push(b'"');
+            }
+            out.push(b);
+        }
+        out.push(b'"');
+    }
 }
 
 /// The JSON keys of a schema's columns: the names in column order, a name used again
@@ -186,18 +226,19 @@ pub fn json_lines(batch: &RecordBatch) -> Result<Vec<u8>, ArrowError> {
 
 /// Each row of `batch` as one CSV record without its line break (one message per row).
 pub fn csv_records(batch: &RecordBatch, delimiter: u8) -> Result<Vec<Vec<u8>>, ArrowError> {
-    let batch = printable(batch)?;
-    (0..batch.num_rows())
-        .map(|row| {
-            let mut writer = csv_writer(Vec::new(), false, delimiter);
-            writer.write(&batch.slice(row, 1))?;
-            let mut line = writer.into_inner();
-            if line.last() == Some(&b'\n') {
-                line.pop();
-            }
-            Ok(line)
+    let columns = batch
+        .columns()
+        .iter()
+        .map(column_strings)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((0..batch.num_rows())
+        .map(|r| {
+            let row: Vec<Option<String>> = columns.iter().map(|c| c[r].clone()).collect();
+            let mut line = Vec::new();
+            csv_record(&mut line, &row, delimiter);
+            line
         })
-        .collect()
+        .collect())
 }
 
 /// Each row of `batch` as one JSON object (one message per row). A JSON line holds no raw
@@ -257,6 +298,14 @@ mod tests {
              ,\"say \"\"hi\"\"\",2.0,,1970-01-01 00:00:01.500000\n\
              3,\"line\nbreak\",,false,\n"
         );
+        // NULL and the empty string stay apart, as in PostgreSQL's COPY ... CSV.
+        let texts = RecordBatch::try_from_iter([(
+            "s",
+            Arc::new(StringArray::from(vec![None, Some(""), Some("NULL")])) as ArrayRef,
+        )])
+        .unwrap();
+        let text = String::from_utf8(csv_lines(&texts, false, b',').unwrap()).unwrap();
+        assert_eq!(text, "\n\"\"\nNULL\n");
         let pipes = String::from_utf8(csv_lines(&batch().slice(0, 1), false, b'|').unwrap());
         assert_eq!(pipes.unwrap(), "1|a,b|1.5|true|1970-01-01 00:00:00\n");
         let records = csv_records(&batch(), b',').unwrap();

@@ -6,13 +6,12 @@ use std::io::Write;
 
 use anyhow::Result;
 use comfy_table::{ColumnConstraint, Table, Width};
-use datafusion::arrow::csv;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::FormatOptions;
 use datafusion::arrow::util::pretty::pretty_format_batches_with_options;
 use unicode_width::UnicodeWidthStr;
-use weir_planner::display::{batch_rows, csv_writer, json_lines, printable};
+use weir_planner::display::{batch_rows, csv_lines, json_lines, printable};
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -34,7 +33,8 @@ pub struct ResultWriter<W: Write> {
 }
 
 enum Output<W: Write> {
-    Csv(Box<csv::Writer<W>>),
+    /// CSV, the header with the first batch.
+    Csv(W),
     Json(W),
     /// Tables are rendered by [`render_table`] and [`StreamingTable`].
     Table,
@@ -43,7 +43,7 @@ enum Output<W: Write> {
 impl<W: Write> ResultWriter<W> {
     pub fn new(out: W, format: Format, schema: SchemaRef) -> Self {
         let out = match format {
-            Format::Csv => Output::Csv(Box::new(csv_writer(out, true, b','))),
+            Format::Csv => Output::Csv(out),
             Format::Json => Output::Json(out),
             Format::Table => Output::Table,
         };
@@ -57,7 +57,10 @@ impl<W: Write> ResultWriter<W> {
     /// Writes a batch (CSV and JSON); table output goes through [`render_table`].
     pub fn write_batch(&mut self, batch: &RecordBatch) -> Result<()> {
         match &mut self.out {
-            Output::Csv(w) => w.write(&printable(batch)?)?,
+            Output::Csv(w) => {
+                w.write_all(&csv_lines(batch, !self.wrote, b',')?)?;
+                w.flush()?;
+            }
             Output::Json(w) => {
                 w.write_all(&json_lines(batch)?)?;
                 w.flush()?;
@@ -72,7 +75,12 @@ impl<W: Write> ResultWriter<W> {
     pub fn finish(&mut self) -> Result<()> {
         if !self.wrote {
             if let Output::Csv(w) = &mut self.out {
-                w.write(&printable(&RecordBatch::new_empty(self.schema.clone()))?)?;
+                w.write_all(&csv_lines(
+                    &RecordBatch::new_empty(self.schema.clone()),
+                    true,
+                    b',',
+                )?)?;
+                w.flush()?;
             }
             self.wrote = true;
         }
@@ -103,7 +111,16 @@ pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// `batch` with the control characters of its text columns escaped ([`escape_controls`]).
+/// A text value as a table cell: control characters escaped ([`escape_controls`]), and the
+/// text `NULL` quoted (`'NULL'`), since a NULL is spelled `NULL`: the two never look alike.
+pub fn table_text(s: &str) -> std::borrow::Cow<'_, str> {
+    if s == "NULL" {
+        return std::borrow::Cow::Borrowed("'NULL'");
+    }
+    escape_controls(s)
+}
+
+/// `batch` with its text columns as table cells ([`table_text`]).
 fn terminal_safe(batch: &RecordBatch) -> Result<RecordBatch> {
     use datafusion::arrow::array::{ArrayRef, AsArray, StringArray};
     use datafusion::arrow::compute::cast;
@@ -121,7 +138,7 @@ fn terminal_safe(batch: &RecordBatch) -> Result<RecordBatch> {
             let escaped: StringArray = strings
                 .as_string::<i32>()
                 .iter()
-                .map(|v| v.map(|v| escape_controls(v).into_owned()))
+                .map(|v| v.map(|v| table_text(v).into_owned()))
                 .collect();
             fields.push(Field::new(f.name(), DataType::Utf8, f.is_nullable()));
             columns.push(std::sync::Arc::new(escaped) as ArrayRef);
@@ -168,7 +185,7 @@ impl StreamingTable {
             .into_iter()
             .map(|r| {
                 r.into_iter()
-                    .map(|v| v.map_or_else(|| "NULL".into(), |v| escape_controls(&v).into_owned()))
+                    .map(|v| v.map_or_else(|| "NULL".into(), |v| table_text(&v).into_owned()))
                     .collect()
             })
             .collect();
@@ -252,6 +269,29 @@ mod tests {
         assert_eq!(lines[4], "| NULL | bb   | 1970-01-01 00:00:01 |");
         let empty = render_table(&b_schema(), &[]).unwrap();
         assert!(empty.contains("| id | name | ts |"), "{empty}");
+    }
+
+    #[test]
+    fn a_null_and_the_text_null_never_look_alike() {
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
+        let b = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(StringArray::from(vec![
+                None,
+                Some("NULL"),
+                Some(""),
+            ]))],
+        )
+        .unwrap();
+        let whole = render_table(&schema, &[b.clone()]).unwrap();
+        let lines: Vec<&str> = whole.lines().collect();
+        assert_eq!(&lines[3..6], &["| NULL   |", "| 'NULL' |", "|        |"]);
+        let streamed = StreamingTable::default().render(&schema, &b).unwrap();
+        let lines: Vec<&str> = streamed.lines().collect();
+        assert!(
+            lines[3].contains(" NULL ") && lines[4].contains(" 'NULL' "),
+            "{streamed}"
+        );
     }
 
     #[test]

@@ -18,6 +18,10 @@ use weir_planner::{QueryRun, Session, StatementResult};
 
 use crate::output::{render_table, Format, ResultWriter, StreamingTable};
 
+/// Rows of a bounded result held to print it as one table aligned over all of them; past
+/// this it prints as it comes.
+const WHOLE_TABLE_ROWS: usize = 1000;
+
 /// `batch` with the column names of the query's result schema (which names unnamed
 /// expressions as PostgreSQL does: `?column?`).
 fn relabel(schema: &SchemaRef, batch: RecordBatch) -> RecordBatch {
@@ -366,8 +370,11 @@ impl<'a> Runner<'a> {
         let mut writer = ResultWriter::new(Stdout, self.format, schema.clone());
         let mut table_rows = Vec::new();
         let mut rows = 0usize;
-        // A bounded result (or one with a LIMIT) prints as one table; an endless one as it comes.
-        let whole_table = bounded || limit.is_some();
+        // A bounded result (or one with a LIMIT) prints as one table, aligned over all its
+        // rows, while it is small; a larger one (and an endless one) as it comes, in columns
+        // sized by its first rows, so nothing waits for the end or is held in memory.
+        let mut whole_table = bounded || limit.is_some();
+        let mut held_rows = 0usize;
         let mut done = false;
         let mut streaming_table = StreamingTable::default();
         while !done {
@@ -389,7 +396,17 @@ impl<'a> Runner<'a> {
                     rows += b.num_rows();
                     done = limit.is_some_and(|l| rows >= l);
                     match self.format {
-                        Format::Table if whole_table => table_rows.push(b),
+                        Format::Table if whole_table => {
+                            held_rows += b.num_rows();
+                            table_rows.push(b);
+                            if held_rows > WHOLE_TABLE_ROWS {
+                                whole_table = false;
+                                for b in table_rows.drain(..) {
+                                    write!(Stdout, "{}", streaming_table.render(&schema, &b)?)?;
+                                }
+                                Stdout.flush()?;
+                            }
+                        }
                         Format::Table => {
                             write!(Stdout, "{}", streaming_table.render(&schema, &b)?)?;
                             Stdout.flush()?;

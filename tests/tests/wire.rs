@@ -15,7 +15,7 @@ use chrono::NaiveDateTime;
 use common::reference::{reference_rows, write_input};
 use common::wire::{code, simple_rows, WireServer, CREATE_EVENTS, NEXMARK_BIDS};
 use postgres::error::SqlState;
-use postgres::{Client, NoTls, SimpleQueryMessage};
+use postgres::{Client, NoTls};
 use rust_decimal::Decimal;
 
 const WINDOWS: &str = "SELECT window_start, window_end, k, count(*) AS n, sum(v) AS total \
