@@ -28,7 +28,8 @@ use std::sync::Arc;
 
 use ahash::AHashMap;
 use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, BooleanArray, UInt32Array, UInt32Builder,
+    new_null_array, Array, ArrayBuilder, ArrayRef, AsArray, BooleanArray, UInt32Array,
+    UInt32Builder,
 };
 use datafusion::arrow::compute::{concat_batches, filter, filter_record_batch, take};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -40,9 +41,10 @@ use crate::error::{EngineError, Result};
 use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MAX};
 use crate::metrics::JobMetrics;
-use crate::operator::{Operator, Output};
+use crate::operator::{Operator, Output, MAX_BATCH_ROWS};
 use crate::operators::windowed::{
-    BufferedRows, KeyedRows, LaneState, OpenWindows, PartRoute, WindowColumn,
+    buckets_for, hash_buckets, BufferedRows, KeyedRows, LaneState, OpenWindows, PartRoute,
+    WindowColumn,
 };
 
 /// Which rows a join emits.
@@ -181,13 +183,34 @@ pub(crate) fn equal_key_pairs(
     lkeys: &[ArrayRef],
     rkeys: &[ArrayRef],
 ) -> Result<(UInt32Array, UInt32Array)> {
+    let mut all = (
+        UInt32Array::from(Vec::<u32>::new()),
+        UInt32Array::from(Vec::<u32>::new()),
+    );
+    for_each_key_pair(converter, lkeys, rkeys, usize::MAX, |li, ri| {
+        all = (li, ri);
+        Ok(())
+    })?;
+    Ok(all)
+}
+
+/// Calls `each` with the pairs `(left row, right row)` with equal, non-null keys, at most
+/// `chunk` pairs at a time, in the order of [`equal_key_pairs`]: a join whose output is far
+/// larger than its inputs never holds it whole.
+pub(crate) fn for_each_key_pair(
+    converter: &RowConverter,
+    lkeys: &[ArrayRef],
+    rkeys: &[ArrayRef],
+    chunk: usize,
+    mut each: impl FnMut(UInt32Array, UInt32Array) -> Result<()>,
+) -> Result<()> {
     let (mut li, mut ri) = (UInt32Builder::new(), UInt32Builder::new());
     let (ln, rn) = (
         lkeys.first().map_or(0, |k| k.len()),
         rkeys.first().map_or(0, |k| k.len()),
     );
     if ln == 0 || rn == 0 {
-        return Ok((li.finish(), ri.finish()));
+        return Ok(());
     }
     let rrows = converter.convert_columns(rkeys)?;
     let lrows = converter.convert_columns(lkeys)?;
@@ -212,10 +235,16 @@ pub(crate) fn equal_key_pairs(
         while j != NONE {
             li.append_value(i as u32);
             ri.append_value(j);
+            if li.len() >= chunk {
+                each(li.finish(), ri.finish())?;
+            }
             j = next[j as usize];
         }
     }
-    Ok((li.finish(), ri.finish()))
+    if !li.is_empty() {
+        each(li.finish(), ri.finish())?;
+    }
+    Ok(())
 }
 
 /// Rows of `columns` at `idx`, as a batch of `schema` (whose layout they have).
@@ -230,15 +259,6 @@ fn take_rows(schema: &SchemaRef, columns: &[ArrayRef], idx: &UInt32Array) -> Res
         columns,
         &options,
     )?)
-}
-
-/// Which of `n` rows appear in `idx`.
-fn matched(n: usize, idx: &UInt32Array) -> Vec<bool> {
-    let mut m = vec![false; n];
-    for &i in idx.values() {
-        m[i as usize] = true;
-    }
-    m
 }
 
 /// The rows whose flag is `want`.
@@ -329,46 +349,56 @@ impl WindowRows<'_> {
         )?)
     }
 
-    /// Emits what the join kind asks for, given the matching pairs `li`, `ri` (and, when the
-    /// ON condition was applied, the pairs as rows).
-    fn emit(
+    /// Emits the matching pairs `li`, `ri` of one chunk if the join kind outputs pairs (`pairs`:
+    /// the pairs as rows, when the ON condition made them), and marks their rows matched.
+    fn emit_pairs(
         &self,
         li: &UInt32Array,
         ri: &UInt32Array,
         pairs: Option<RecordBatch>,
+        matched: (&mut [bool], &mut [bool]),
         out: &mut Output,
     ) -> Result<()> {
-        let kind = self.spec.kind;
-        let output = &self.spec.output_schema;
-        let (ln, rn) = (
-            self.left.first().map_or(0, |c| c.len()),
-            self.right.first().map_or(0, |c| c.len()),
-        );
-        if kind.pairs() {
+        for &i in li.values() {
+            matched.0[i as usize] = true;
+        }
+        for &j in ri.values() {
+            matched.1[j as usize] = true;
+        }
+        if self.spec.kind.pairs() && !li.is_empty() {
             let batch = match pairs {
                 Some(p) => p,
                 None => self.pairs(li, ri)?,
             };
             // The joined layout is the output layout; only the schema object may differ.
             out.emit(RecordBatch::try_new_with_options(
-                Arc::clone(output),
+                Arc::clone(&self.spec.output_schema),
                 batch.columns().to_vec(),
                 &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
             )?);
         }
+        Ok(())
+    }
+
+    /// After every pair: what the join kind asks for of the rows that matched (`matched`) or
+    /// did not: padded unmatched rows of an outer join, the rows of a semi or anti join.
+    fn emit_unmatched(&self, lm: &[bool], rm: &[bool], out: &mut Output) -> Result<()> {
+        let kind = self.spec.kind;
+        let output = &self.spec.output_schema;
+        let (ln, rn) = (lm.len(), rm.len());
         if matches!(kind, JoinKind::Left | JoinKind::Full) && ln > 0 {
-            out.emit(self.padded(&select(&matched(ln, li), false), true)?);
+            out.emit(self.padded(&select(lm, false), true)?);
         }
         if matches!(kind, JoinKind::Right | JoinKind::Full) && rn > 0 {
-            out.emit(self.padded(&select(&matched(rn, ri), false), false)?);
+            out.emit(self.padded(&select(rm, false), false)?);
         }
         match kind {
             JoinKind::LeftSemi | JoinKind::LeftAnti if ln > 0 => {
-                let idx = select(&matched(ln, li), kind == JoinKind::LeftSemi);
+                let idx = select(lm, kind == JoinKind::LeftSemi);
                 out.emit(take_rows(output, &self.left, &idx)?);
             }
             JoinKind::RightSemi | JoinKind::RightAnti if rn > 0 => {
-                let idx = select(&matched(rn, ri), kind == JoinKind::RightSemi);
+                let idx = select(rm, kind == JoinKind::RightSemi);
                 out.emit(take_rows(output, &self.right, &idx)?);
             }
             _ => {}
@@ -398,26 +428,68 @@ impl WindowJoinOperator {
         Ok(concat_batches(self.parts[side].schema(), &parts)?)
     }
 
-    /// Joins the window ending at `end` and drops its state.
+    /// Joins the window ending at `end` and drops its state. When both sides hold more than
+    /// the memory budget allows at once, they are spread over buckets by a hash of their keys
+    /// and joined bucket by bucket (a grace hash join): rows with equal keys share a bucket.
     fn fire(&mut self, end: EventTime, out: &mut Output) -> Result<()> {
-        let l = self.take_side(0, end)?;
-        let r = self.take_side(1, end)?;
+        let bytes = self.windows.window_bytes(0, end)? + self.windows.window_bytes(1, end)?;
+        // Joining a bucket holds both sides, their key rows and hash table, and a batch out.
+        let buckets = buckets_for(bytes, self.windows.budget(), 3);
+        if buckets == 1 {
+            let l = self.take_side(0, end)?;
+            let r = self.take_side(1, end)?;
+            return self.join(&l, &r, out);
+        }
+        let keys = [self.spec.left.keys.len(), self.spec.right.keys.len()];
+        for (side, keys) in keys.into_iter().enumerate() {
+            let schema = self.parts[side].schema();
+            self.windows
+                .spread(side, end, |rows| rows.into_part(schema), &mut |part| {
+                    hash_buckets(part, keys, buckets)
+                })?;
+        }
+        for bucket in 0..buckets {
+            let l = self.windows.take_bucket(0, end, bucket)?;
+            let r = self.windows.take_bucket(1, end, bucket)?;
+            let l = concat_batches(self.parts[0].schema(), &l)?;
+            let r = concat_batches(self.parts[1].schema(), &r)?;
+            self.join(&l, &r, out)?;
+            out.flush()?;
+        }
+        self.windows.drop_spread(0, end)?;
+        self.windows.drop_spread(1, end)
+    }
+
+    /// Joins rows of both sides (`keys ++ row`). Pairs are made and passed on a batch at a
+    /// time, so a join whose output is far larger than its inputs streams it out (and stops
+    /// when the job is cancelled).
+    fn join(&self, l: &RecordBatch, r: &RecordBatch, out: &mut Output) -> Result<()> {
         let (lk, rk) = (self.spec.left.keys.len(), self.spec.right.keys.len());
-        let (mut li, mut ri) =
-            equal_key_pairs(&self.converter, &l.columns()[..lk], &r.columns()[..rk])?;
         let rows = WindowRows {
             spec: &self.spec,
             left: l.columns()[lk..].to_vec(),
             right: r.columns()[rk..].to_vec(),
         };
-        let mut pairs = None;
-        if let Some(condition) = &self.spec.filter {
-            if !li.is_empty() {
-                let (p, l, r) = rows.apply_condition(condition, &li, &ri)?;
-                (pairs, li, ri) = (Some(p), l, r);
-            }
-        }
-        rows.emit(&li, &ri, pairs, out)
+        let mut lm = vec![false; l.num_rows()];
+        let mut rm = vec![false; r.num_rows()];
+        for_each_key_pair(
+            &self.converter,
+            &l.columns()[..lk],
+            &r.columns()[..rk],
+            MAX_BATCH_ROWS,
+            |li, ri| {
+                let (pairs, li, ri) = match &self.spec.filter {
+                    Some(condition) => {
+                        let (p, l, r) = rows.apply_condition(condition, &li, &ri)?;
+                        (Some(p), l, r)
+                    }
+                    None => (None, li, ri),
+                };
+                rows.emit_pairs(&li, &ri, pairs, (&mut lm, &mut rm), out)?;
+                out.flush()
+            },
+        )?;
+        rows.emit_unmatched(&lm, &rm, out)
     }
 
     /// `keys ++ row` of a batch of input `input`.

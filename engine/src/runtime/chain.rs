@@ -1,10 +1,14 @@
 //! Operator chaining: the operators of one task, fed synchronously one into the next.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::{EngineError, Result};
 use crate::message::EventTime;
 use crate::operator::{Operator, Output};
+use crate::runtime::task::JobShared;
 
 /// An operator's error, saying which operator it was.
 fn at_operator(op: &dyn Operator, e: EngineError) -> EngineError {
@@ -17,11 +21,24 @@ fn at_operator(op: &dyn Operator, e: EngineError) -> EngineError {
 pub struct Chain {
     ops: Vec<Box<dyn Operator>>,
     late: Option<Box<dyn Operator>>,
+    /// Set when the job is cancelled: an operator streaming a long output (a large window
+    /// fired in pieces, a huge join) stops at its next batch.
+    cancel: Option<Arc<JobShared>>,
 }
 
 impl Chain {
     pub fn new(ops: Vec<Box<dyn Operator>>) -> Self {
-        Self { ops, late: None }
+        Self {
+            ops,
+            late: None,
+            cancel: None,
+        }
+    }
+
+    /// Long calls stop when `shared` says the job was cancelled.
+    pub fn with_cancel(mut self, shared: Arc<JobShared>) -> Self {
+        self.cancel = Some(shared);
+        self
     }
 
     /// Late rows go to `writer`.
@@ -79,12 +96,25 @@ impl Chain {
         emit: &mut dyn FnMut(RecordBatch) -> Result<()>,
         call: impl FnOnce(&mut dyn Operator, &mut Output) -> Result<R>,
     ) -> Result<R> {
+        let cancelled = || {
+            self.cancel
+                .as_deref()
+                .is_some_and(|c| c.cancel.load(Ordering::Relaxed))
+        };
+        // A cancelled job fires nothing more (its inputs end when it is torn down).
+        if cancelled() {
+            return Err(EngineError::Cancelled);
+        }
         let (head, rest) = self.ops.split_at_mut(i + 1);
         let op = &mut head[i];
         let late = &mut self.late;
+        let cancel = self.cancel.as_deref();
         let mut late_rows = Vec::new();
         let result = {
             let mut pass_on = |b: RecordBatch| -> Result<()> {
+                if cancel.is_some_and(|c| c.cancel.load(Ordering::Relaxed)) {
+                    return Err(EngineError::Cancelled);
+                }
                 for b in push_through(rest, late, vec![b])? {
                     emit(b)?;
                 }

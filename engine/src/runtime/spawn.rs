@@ -374,7 +374,9 @@ impl Launch<'_> {
                 f.create(&op_info)
             })
             .transpose()?;
-        let chain = Chain::new(ops).with_late_rows(late);
+        let chain = Chain::new(ops)
+            .with_late_rows(late)
+            .with_cancel(Arc::clone(self.shared));
         let shared = Arc::clone(self.shared);
         let location = format!("stage {si} ({}), instance {instance}", stage.name);
         let checkpoint = self.job_dir.map(|dir| TaskCheckpoint {
