@@ -283,7 +283,7 @@ mod tests {
             ]))],
         )
         .unwrap();
-        let whole = render_table(&schema, &[b.clone()]).unwrap();
+        let whole = render_table(&schema, std::slice::from_ref(&b)).unwrap();
         let lines: Vec<&str> = whole.lines().collect();
         assert_eq!(&lines[3..6], &["| NULL   |", "| 'NULL' |", "|        |"]);
         let streamed = StreamingTable::default().render(&schema, &b).unwrap();

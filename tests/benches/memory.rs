@@ -57,13 +57,15 @@ fn write_rows(path: &Path, keys: usize) {
     }
 }
 
-/// Runs `weir -f` on `script`, its output to `out`: (peak RSS in MiB, seconds).
+/// Runs `weir -f` on `script`, its output to `out`: (peak RSS in MiB, seconds). The child
+/// is reaped by `wait4`, which also reports its peak RSS.
+#[allow(clippy::zombie_processes)]
 fn run_weir(script: &Path, out: &Path) -> (f64, f64) {
     let started = Instant::now();
     let child = Command::new(weir_binary())
         .args(["-f", script.to_str().unwrap(), "--format", "csv"])
         .stdout(std::fs::File::create(out).unwrap())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("start weir");
     let pid = child.id() as libc::pid_t;
