@@ -12,27 +12,11 @@
 mod util;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use util::{env_usize, median};
-
-/// The `weir` binary of this build (`target/release/weir`).
-fn weir_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("bench executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target directory")
-        .join("weir");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --release --workspace` first",
-        bin.display()
-    );
-    bin
-}
+use util::{env_usize, median, weir_binary};
 
 /// `keys` rows, one per key (random 40-bit keys, so a few repeat), evenly over one hour.
 fn write_rows(path: &Path, keys: usize) {

@@ -19,26 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use util::{env_usize, median};
-
-/// The `weir` binary: `WEIR_BIN`, or the one of this build (`target/release/weir`).
-fn weir_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("WEIR_BIN") {
-        return PathBuf::from(bin);
-    }
-    let exe = std::env::current_exe().expect("bench executable path");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target directory")
-        .join("weir");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --release --workspace` first",
-        bin.display()
-    );
-    bin
-}
+use util::{env_usize, median, weir_binary};
 
 fn spawn(args: &[&str], cwd: &Path) -> Child {
     Command::new(weir_binary())

@@ -6,6 +6,25 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The `weir` binary: `WEIR_BIN`, or the one of this build (`target/release/weir`).
+pub fn weir_binary() -> std::path::PathBuf {
+    if let Some(bin) = std::env::var_os("WEIR_BIN") {
+        return std::path::PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("bench executable path");
+    let bin = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target directory")
+        .join("weir");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --release --workspace` first",
+        bin.display()
+    );
+    bin
+}
+
 /// A number from the environment, or the default.
 pub fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)

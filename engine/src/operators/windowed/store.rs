@@ -351,6 +351,11 @@ impl WindowStore {
         schema: &SchemaRef,
     ) -> Result<Vec<RecordBatch>> {
         let (lo, hi) = self.bucket_range(end, bucket);
+        self.take_range(lo, hi, schema)
+    }
+
+    /// Reads and deletes the parts in `lo..hi`.
+    fn take_range(&self, lo: Vec<u8>, hi: Vec<u8>, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
         let store = self.handle.store()?;
         let parts = store
             .scan(&lo, &hi)?
@@ -410,18 +415,8 @@ impl WindowStore {
         if self.stored.remove(&end).is_none() {
             return Ok(Vec::new());
         }
-        let store = self.handle.store()?;
         let (lo, hi) = self.window_range(end);
-        let parts = store
-            .scan(&lo, &hi)?
-            .into_iter()
-            .map(|(_, v)| checked_part(&v, schema))
-            .collect::<Result<Vec<_>>>()?;
-        store.write(WriteBatch {
-            puts: vec![],
-            delete_ranges: vec![(lo, hi)],
-        })?;
-        Ok(parts)
+        self.take_range(lo, hi, schema)
     }
 }
 
