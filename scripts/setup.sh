@@ -69,7 +69,7 @@ have_python_venv() { python3 -c 'import venv, ensurepip' >/dev/null 2>&1; }
 VENV="${WEIR_VENV:-/var/tmp/weir-venv}"
 have_drivers() { "$VENV/bin/python" -c 'import psycopg, psycopg2' >/dev/null 2>&1; }
 TOOLS="${WEIR_TOOLS:-/var/tmp/weir-tools}"
-have_tansu() { [ -x "$TOOLS/tansu-0.6.0-endtxn/bin/tansu" ]; }
+have_tansu() { [ -x "$TOOLS/tansu-0.6.0-weir2/bin/tansu" ]; }
 have_patch() { have_tansu || command -v patch >/dev/null 2>&1; }
 sqllogictest_bin() { command -v sqllogictest 2>/dev/null || ls "$HOME/.cargo/bin/sqllogictest" 2>/dev/null; }
 have_sqllogictest() { [ -n "$(sqllogictest_bin)" ] && "$(sqllogictest_bin)" --version >/dev/null 2>&1; }
@@ -102,7 +102,7 @@ if [ "$mode" = check ] || [ "$mode" = check-tests ]; then
   if [ "$mode" = check-tests ]; then
     have_drivers || { echo "setup: missing: psycopg and psycopg2 in $VENV (scripts/setup.sh --tests)" >&2; fail=1; }
     have_sqllogictest || { echo "setup: missing: sqllogictest-bin (scripts/setup.sh --tests)" >&2; fail=1; }
-    have_tansu || { echo "setup: missing: tansu in $TOOLS/tansu-0.6.0-endtxn (scripts/setup.sh --tests)" >&2; fail=1; }
+    have_tansu || { echo "setup: missing: tansu in $TOOLS/tansu-0.6.0-weir2 (scripts/setup.sh --tests)" >&2; fail=1; }
   fi
   command -v cargo >/dev/null 2>&1 || { echo "setup: missing: cargo (install Rust with rustup)" >&2; fail=1; }
   [ "$fail" -eq 0 ] && echo "setup: everything needed is present" >&2
@@ -158,7 +158,7 @@ fi
 # routed (scripts/tansu/end-txn.patch). Built once into a cached folder (about 12 minutes on
 # 2 cores): tansu's own lock file, its published sources for the two patched crates.
 if ! have_tansu; then
-  echo "setup: building tansu 0.6.0 (with scripts/tansu/end-txn.patch) into $TOOLS/tansu-0.6.0-endtxn" >&2
+  echo "setup: building tansu 0.6.0 (with scripts/tansu/end-txn.patch) into $TOOLS/tansu-0.6.0-weir2" >&2
   here="$(cd "$(dirname "$0")" && pwd)"
   work="${TMPDIR:-/tmp}/weir-tansu-build"
   rm -rf "$work"
@@ -174,8 +174,8 @@ if ! have_tansu; then
   (cd "$work/tansu" && CARGO_TARGET_DIR="$work/target" cargo build --release --quiet --features dynostore \
     --config "patch.crates-io.tansu-broker.path='$work/patched/tansu-broker-0.6.0'" \
     --config "patch.crates-io.tansu-storage.path='$work/patched/tansu-storage-0.6.0'")
-  mkdir -p "$TOOLS/tansu-0.6.0-endtxn/bin"
-  cp "$work/target/release/tansu" "$TOOLS/tansu-0.6.0-endtxn/bin/tansu"
+  mkdir -p "$TOOLS/tansu-0.6.0-weir2/bin"
+  cp "$work/target/release/tansu" "$TOOLS/tansu-0.6.0-weir2/bin/tansu"
   rm -rf "$work"
   have_tansu || { echo "setup: tansu did not install" >&2; exit 1; }
 fi

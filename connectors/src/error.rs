@@ -23,6 +23,14 @@ pub enum ConnectorError {
     },
     #[error("{0}")]
     Schema(String),
+    /// The query's result is updating (DESIGN.md §8) and the sink, as configured, can only
+    /// append.
+    #[error("sink {sink}: the query's result is updating (its rows change as input arrives: {why}), {fix}")]
+    AppendOnly {
+        sink: String,
+        why: String,
+        fix: String,
+    },
     #[error(transparent)]
     Engine(#[from] EngineError),
 }

@@ -11,6 +11,7 @@
 //! job-wide metrics. Operators implement the small [`Operator`] trait.
 
 pub mod atomic_file;
+pub mod changelog;
 pub mod checkpoint;
 pub mod error;
 pub mod event_time;
@@ -26,6 +27,7 @@ pub mod source;
 pub mod state;
 pub mod window;
 
+pub use changelog::Op;
 pub use error::{EngineError, Result};
 pub use event_time::{EventTimeAssigner, EventTimeSpec, ProcTime};
 pub use graph::{

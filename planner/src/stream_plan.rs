@@ -58,7 +58,13 @@ struct Stream {
     bounded: bool,
     /// Rows come from an aggregation, in hash-table and thread-timing order.
     unordered: bool,
+    /// An updating stream (DESIGN.md §8): rows change as input arrives, and batches end in
+    /// the change-kind column ([`weir_engine::changelog`]). Append-only streams pay nothing.
+    updating: bool,
 }
+
+/// Why a planned query's result is updating, for error messages.
+const UPDATING_WHY: &str = "a GROUP BY without a window over an unbounded or updating input";
 
 /// Builds job graphs.
 pub struct StreamPlanner<'a> {
@@ -82,10 +88,56 @@ pub struct StreamPlanner<'a> {
     /// Late rows wait for the checkpoint that covers them (exactly-once jobs); otherwise
     /// they are visible at once.
     late_staged: bool,
+    /// `runtime_mode = 'streaming'`: a GROUP BY without a window maintains its result as rows
+    /// arrive even over bounded input (an updating stream), instead of computing it once at
+    /// the end of input.
+    streaming: bool,
+}
+
+/// A query planned up to its result stream, before its sink is attached: whether the result
+/// is updating decides which sinks may take it and what columns readers see.
+pub struct PlannedQuery<'a> {
+    planner: StreamPlanner<'a>,
+    stream: Stream,
+}
+
+impl PlannedQuery<'_> {
+    /// Why the result is updating (its rows change as input arrives), `None` when it is
+    /// append-only.
+    pub fn updating(&self) -> Option<String> {
+        self.stream.updating.then(|| UPDATING_WHY.to_string())
+    }
+
+    /// The job with `sink` consuming the results in a single instance (for an append-only
+    /// result in a deterministic order; an updating one keeps each key's changes in order).
+    pub fn into_job(mut self, name: &str, sink: Arc<dyn OperatorFactory>) -> JobGraph {
+        let single = self.planner.single(self.stream, "result");
+        let stream = self.planner.ordered(single);
+        self.planner.with_sink(name, stream.stage, sink)
+    }
+
+    /// The job with `sink` in every instance of the stage producing the results: no merge
+    /// and no ordering, for sinks whose instances write independently (each instance
+    /// pre-commits and commits its own part).
+    pub fn into_parallel_job(self, name: &str, sink: Arc<dyn OperatorFactory>) -> JobGraph {
+        let stage = self.stream.stage;
+        self.planner.with_sink(name, stage, sink)
+    }
 }
 
 fn arrow_schema(schema: &DFSchemaRef) -> SchemaRef {
     Arc::new(Schema::new(schema.as_arrow().fields().clone()))
+}
+
+/// The schema of a stream's batches: the relation's, with the change-kind column when the
+/// stream is updating.
+fn batch_schema(schema: &DFSchemaRef, updating: bool) -> SchemaRef {
+    let relation = arrow_schema(schema);
+    if updating {
+        weir_engine::changelog::with_op_field(&relation)
+    } else {
+        relation
+    }
 }
 
 fn exprs_text(exprs: &[Expr]) -> String {
@@ -110,7 +162,14 @@ impl<'a> StreamPlanner<'a> {
             read: HashMap::new(),
             late: Default::default(),
             late_staged: false,
+            streaming: false,
         }
+    }
+
+    /// `runtime_mode = 'streaming'` (see `streaming`).
+    pub fn with_streaming(mut self, streaming: bool) -> Self {
+        self.streaming = streaming;
+        self
     }
 
     /// A durable job with this delivery: with exactly-once, its late rows become visible with
@@ -126,18 +185,24 @@ impl<'a> StreamPlanner<'a> {
         self
     }
 
+    /// Plans `plan` up to its result stream.
+    pub fn plan_query(mut self, plan: &LogicalPlan) -> Result<PlannedQuery<'a>> {
+        self.count_scans(plan);
+        let stream = self.plan(plan)?;
+        Ok(PlannedQuery {
+            planner: self,
+            stream,
+        })
+    }
+
     /// Plans `plan` with `sink` consuming its results in a single instance.
     pub fn plan_job(
-        mut self,
+        self,
         name: &str,
         plan: &LogicalPlan,
         sink: Arc<dyn OperatorFactory>,
     ) -> Result<JobGraph> {
-        self.count_scans(plan);
-        let stream = self.plan(plan)?;
-        let single = self.single(stream, "result");
-        let stream = self.ordered(single);
-        Ok(self.with_sink(name, stream.stage, sink))
+        Ok(self.plan_query(plan)?.into_job(name, sink))
     }
 
     /// The job graph with `sink` at the end of `stage`.
@@ -158,14 +223,22 @@ impl<'a> StreamPlanner<'a> {
     /// merge and no ordering, for sinks whose instances write independently (each instance
     /// pre-commits and commits its own part).
     pub fn plan_parallel_job(
-        mut self,
+        self,
         name: &str,
         plan: &LogicalPlan,
         sink: Arc<dyn OperatorFactory>,
     ) -> Result<JobGraph> {
-        self.count_scans(plan);
-        let stream = self.plan(plan)?;
-        Ok(self.with_sink(name, stream.stage, sink))
+        Ok(self.plan_query(plan)?.into_parallel_job(name, sink))
+    }
+
+    /// Refuses an updating stream where only an append-only one can go (`what`).
+    fn append_only(&self, stream: &Stream, what: &str) -> Result<()> {
+        if stream.updating {
+            return Err(not_supported!(
+                "{what} over an updating stream ({UPDATING_WHY}, whose rows change as input arrives); window the GROUP BY (TUMBLE, HOP, CUMULATE, SESSION) to make its result final when the window closes"
+            ));
+        }
+        Ok(())
     }
 
     /// Counts the scans of each source, so a source read twice (a self-join, or an aggregate
@@ -245,7 +318,9 @@ impl<'a> StreamPlanner<'a> {
     /// A single-instance stream whose rows come out in a deterministic order: aggregation
     /// results are sorted per watermark, so output does not depend on parallelism or timing.
     fn ordered(&mut self, stream: Stream) -> Stream {
-        if stream.unordered {
+        // An updating stream keeps each key's changes in the order they were made (rows of
+        // one key come from one instance, so a merge keeps them in order).
+        if stream.unordered && !stream.updating {
             let column = |edge: WindowEdge| {
                 stream.windows.iter().enumerate().find_map(|(i, w)| {
                     w.filter(|b| b.edge == edge)
@@ -356,9 +431,14 @@ impl<'a> StreamPlanner<'a> {
         let calc = CalcOperator::new(
             None,
             Some(exprs),
-            arrow_schema(&p.schema),
+            batch_schema(&p.schema, input.updating),
             format!("Project: {}", exprs_text(&p.expr)),
         );
+        let calc = if input.updating {
+            calc.carrying_op()
+        } else {
+            calc
+        };
         self.push(&input, Arc::new(calc));
         Ok(Stream {
             schema: p.schema.clone(),
@@ -371,6 +451,7 @@ impl<'a> StreamPlanner<'a> {
     /// ORDER BY over a bounded stream: one instance sorts everything at the end.
     fn plan_sort(&mut self, sort: &datafusion::logical_expr::Sort) -> Result<Stream> {
         let input = self.plan(&sort.input)?;
+        self.append_only(&input, "ORDER BY")?;
         if !input.bounded {
             return Err(not_supported!(
                 "ORDER BY over an unbounded stream (rows are emitted as windows close, in window order)"
@@ -416,6 +497,7 @@ impl<'a> StreamPlanner<'a> {
     }
 
     fn limit(&mut self, input: Stream, skip: usize, fetch: Option<usize>) -> Result<Stream> {
+        self.append_only(&input, "LIMIT")?;
         let single = self.single(input, "limit");
         let input = self.ordered(single);
         self.push(&input, Arc::new(LimitSpec { skip, fetch }));

@@ -335,7 +335,9 @@ impl SourceReader for FileReader {
             if want == 0 {
                 return Ok(SourcePoll::Pending);
             }
-            let Some(mut recs) = self.records.next_records(want)? else {
+            // The header line is not a row: read one record more for the first batch.
+            let header = usize::from(self.skip_header);
+            let Some(mut recs) = self.records.next_records(want + header)? else {
                 return Ok(SourcePoll::Exhausted);
             };
             self.rate.took(recs.len());

@@ -86,6 +86,9 @@ pub struct SinkContext {
     pub job_dir: Option<PathBuf>,
     pub exactly_once: bool,
     pub checkpoint_interval: Duration,
+    /// Why the query's result is updating (DESIGN.md §8), `None` when it is append-only:
+    /// only sinks that apply changes take an updating result.
+    pub updating: Option<String>,
 }
 
 /// How rows become record values.

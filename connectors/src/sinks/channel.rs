@@ -2,7 +2,8 @@
 //! are produced, through a bounded channel, so a slow reader slows the job instead of
 //! buffering without bound.
 //!
-//! - input: result rows; output: none.
+//! - input: result rows; output: none. An updating result's rows go out with their change
+//!   kind as text in a first column `op` (`+I`, `-U`, `+U`, `-D`; DESIGN.md §8).
 //! - on watermark: records the job's output watermark in its metrics.
 //! - at end: the channel closes, which tells the reader the query is complete.
 
@@ -10,6 +11,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 use datafusion::arrow::record_batch::RecordBatch;
+use weir_engine::changelog;
 use weir_engine::{EngineError, JobMetrics, Operator, OperatorFactory, Output, Result, TaskInfo};
 
 /// What the front end receives.
@@ -70,6 +72,11 @@ impl Operator for ChannelSinkOperator {
         _out: &mut Output,
     ) -> Result<()> {
         self.metrics.add_rows_out(batch.num_rows() as u64);
+        let batch = if changelog::has_op_field(batch.schema_ref()) {
+            changelog::to_text(&batch)?
+        } else {
+            batch
+        };
         self.send(SinkEvent::Batch(batch))
     }
 

@@ -1,5 +1,7 @@
 //! The file sink (DESIGN.md §6): `CREATE SINK s WITH (connector = 'file', path = 'DIR',
-//! format = 'csv' | 'json') AS SELECT ...`.
+//! format = 'csv' | 'json') AS SELECT ...`. With `changelog = 'op'` every row starts with its
+//! change kind (`op`: `+I`, `-U`, `+U`, `-D`), which an updating query needs (DESIGN.md §8):
+//! without it the sink only appends and refuses one.
 //!
 //! Exactly-once: rows of epoch n go to a staged part file `DIR/.part-<job>-<instance>-<n>.<ext>`.
 //! At barrier n it is synced and closed (pre-commit) and its name goes into the checkpoint's
@@ -22,6 +24,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use weir_engine::changelog;
 use weir_engine::checkpoint::Committer;
 use weir_engine::{
     EngineError, Operator, OperatorFactory, Output, Result as EngineResult, TaskInfo,
@@ -58,9 +61,18 @@ pub struct FileSinkFactory {
     pub format: SinkFormat,
     pub schema: SchemaRef,
     pub exactly_once: bool,
+    /// Rows start with their change kind (`changelog = 'op'`).
+    pub op_column: bool,
 }
 
-const OPTIONS: &[&str] = &["connector", "path", "format", "header", "delimiter"];
+const OPTIONS: &[&str] = &[
+    "connector",
+    "path",
+    "format",
+    "header",
+    "delimiter",
+    "changelog",
+];
 
 impl FileSinkFactory {
     /// Validates the WITH options of a file sink and creates its directory.
@@ -70,8 +82,30 @@ impl FileSinkFactory {
         schema: SchemaRef,
         options: &mut Options,
         exactly_once: bool,
+        updating: Option<&str>,
     ) -> Result<Self> {
         let dir = PathBuf::from(options.take_required("path")?);
+        let op_column = match options.take("changelog") {
+            None => false,
+            Some(v) if v.eq_ignore_ascii_case("op") => true,
+            Some(v) => {
+                return Err(ConnectorError::InvalidOption {
+                    option: "changelog".into(),
+                    value: v,
+                    reason: "expected 'op' (an op column of +I, -U, +U, -D first in every row)"
+                        .into(),
+                })
+            }
+        };
+        if let (Some(why), false) = (updating, op_column) {
+            return Err(ConnectorError::AppendOnly {
+                sink: sink.to_string(),
+                why: why.to_string(),
+                fix:
+                    "so a file sink needs changelog = 'op' (every row starts with +I, -U, +U or -D)"
+                        .into(),
+            });
+        }
         let format = options.take("format").unwrap_or_else(|| "csv".into());
         let header = options.take_bool("header")?.unwrap_or(false);
         let delimiter = options.take_delimiter()?.unwrap_or(b',');
@@ -100,6 +134,7 @@ impl FileSinkFactory {
             format,
             schema,
             exactly_once,
+            op_column,
         })
     }
 
@@ -173,6 +208,17 @@ fn io_error(sink: &str, what: &str, path: &Path, e: std::io::Error) -> EngineErr
 
 impl FileSinkOperator {
     fn encode(&self, batch: &RecordBatch, header: bool) -> EngineResult<Vec<u8>> {
+        let text;
+        let batch = if self.spec.op_column {
+            text = if changelog::has_op_field(batch.schema_ref()) {
+                changelog::to_text(batch)?
+            } else {
+                changelog::to_text(&changelog::as_inserts(batch)?)?
+            };
+            &text
+        } else {
+            batch
+        };
         Ok(match &self.spec.format {
             SinkFormat::Csv {
                 header: with_header,

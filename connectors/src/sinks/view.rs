@@ -8,14 +8,23 @@
 //! RocksDB iterator (a consistent snapshot), so they see whole checkpoints and never a part
 //! of one. Recovery commits the restored checkpoint's epochs and drops every other staged
 //! row. At-least-once writes straight to `c` (a replay may then add rows again).
+//!
+//! A view of an updating query (DESIGN.md §8) holds its current result instead: staged epochs
+//! are changelog batches, and the commit applies them, in the same atomic write batch that
+//! drops them, to `t | row -> count` (the result as a multiset of rows, each in arrow's row
+//! encoding). Readers scan `t`. Applying changes is not idempotent, so such a view is
+//! exactly-once only.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::row::{RowConverter, SortField};
+use weir_engine::changelog;
 use weir_engine::checkpoint::Committer;
+use weir_engine::operator::MAX_BATCH_ROWS;
 use weir_engine::state::{
     decode_batch, encode_batch, RocksDbStateBackend, StateBackend, WriteBatch,
 };
@@ -26,6 +35,8 @@ use weir_engine::{
 
 const STAGED: u8 = b's';
 const COMMITTED: u8 = b'c';
+/// The current result of an updating view: `t | row -> count`.
+const TABLE: u8 = b't';
 
 fn key(area: u8, epoch: u64, run: u64, seq: u32) -> Vec<u8> {
     let mut k = Vec::with_capacity(21);
@@ -71,13 +82,108 @@ pub fn committed_batches(dir: &Path) -> EngineResult<Vec<RecordBatch>> {
         .collect()
 }
 
+/// The current result of an updating view, in batches of up to [`MAX_BATCH_ROWS`] rows.
+pub fn committed_table(dir: &Path, schema: &SchemaRef) -> EngineResult<Vec<RecordBatch>> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let store = open_store(dir)?;
+    let rows = store.scan(&[TABLE], &[TABLE + 1])?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let converter = row_converter(schema)?;
+    let parser = converter.parser();
+    let mut batches = Vec::new();
+    for chunk in rows.chunks(MAX_BATCH_ROWS) {
+        let mut parsed = Vec::with_capacity(chunk.len());
+        for (k, v) in chunk {
+            let count = v
+                .as_slice()
+                .try_into()
+                .map(i64::from_le_bytes)
+                .map_err(|_| EngineError::State("view row count is malformed".into()))?;
+            for _ in 0..count.max(0) {
+                parsed.push(parser.parse(&k[1..]));
+            }
+        }
+        let columns = converter.convert_rows(parsed)?;
+        let options =
+            RecordBatchOptions::new().with_row_count(Some(columns.first().map_or(0, |c| c.len())));
+        batches.push(RecordBatch::try_new_with_options(
+            Arc::clone(schema),
+            columns,
+            &options,
+        )?);
+    }
+    Ok(batches)
+}
+
+fn row_converter(schema: &SchemaRef) -> EngineResult<RowConverter> {
+    Ok(RowConverter::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect(),
+    )?)
+}
+
+/// Applies the changelog `batches` (change kinds last) to the `t` area: `writes` gets the new
+/// count of every row they touch.
+fn apply_changes(
+    store: &dyn StateBackend,
+    relation: &SchemaRef,
+    batches: &[RecordBatch],
+    writes: &mut WriteBatch,
+) -> EngineResult<()> {
+    let converter = row_converter(relation)?;
+    let mut deltas: std::collections::HashMap<Vec<u8>, i64> = std::collections::HashMap::new();
+    for batch in batches {
+        let ops = changelog::ops(batch)?;
+        let rows = converter.convert_columns(changelog::relation(batch)?.columns())?;
+        for (i, row) in rows.iter().enumerate() {
+            let sign = if changelog::Op::from_code(ops.value(i))?.is_add() {
+                1
+            } else {
+                -1
+            };
+            let mut key = Vec::with_capacity(1 + row.data().len());
+            key.push(TABLE);
+            key.extend_from_slice(row.data());
+            *deltas.entry(key).or_default() += sign;
+        }
+    }
+    for (key, delta) in deltas {
+        if delta == 0 {
+            continue;
+        }
+        let had = store
+            .get(&key)?
+            .map_or(0, |v| v.as_slice().try_into().map_or(0, i64::from_le_bytes));
+        let has = had + delta;
+        if has > 0 {
+            writes.puts.push((key, has.to_le_bytes().to_vec()));
+        } else {
+            let mut end = key.clone();
+            end.push(0);
+            writes.delete_ranges.push((key, end));
+        }
+    }
+    Ok(())
+}
+
 /// Plan node of a view's sink.
 #[derive(Debug, Clone)]
 pub struct ViewSinkFactory {
     pub view: String,
     pub dir: PathBuf,
+    /// The rows the sink receives (an updating view's end in their change kinds).
     pub schema: SchemaRef,
     pub exactly_once: bool,
+    /// For a view of an updating query: the relation it holds (`schema` without the change
+    /// kinds). Its commits apply changes to the current result.
+    pub updating: Option<SchemaRef>,
 }
 
 impl OperatorFactory for ViewSinkFactory {
@@ -102,6 +208,7 @@ impl OperatorFactory for ViewSinkFactory {
     fn committer(&self) -> Option<Arc<dyn Committer>> {
         Some(Arc::new(ViewCommitter {
             dir: self.dir.clone(),
+            updating: self.updating.clone(),
         }))
     }
 }
@@ -164,9 +271,11 @@ impl Operator for ViewSinkOperator {
     }
 }
 
-/// Moves staged epochs to the committed area.
+/// Moves staged epochs to the committed area (an updating view: applies them to its
+/// current result).
 struct ViewCommitter {
     dir: PathBuf,
+    updating: Option<SchemaRef>,
 }
 
 impl Committer for ViewCommitter {
@@ -178,7 +287,25 @@ impl Committer for ViewCommitter {
                     EngineError::State("view commit payload is not an epoch".into())
                 })?);
             let (lo, hi) = epoch_range(STAGED, epoch);
-            commit_staged(store.as_ref(), lo, hi, COMMITTED)?;
+            match &self.updating {
+                None => commit_staged(store.as_ref(), lo, hi, COMMITTED)?,
+                Some(relation) => {
+                    // Changes and the removal of what they were staged as go in one atomic
+                    // write: a commit repeated after a crash finds nothing staged.
+                    let staged = store.scan(&lo, &hi)?;
+                    if staged.is_empty() {
+                        continue;
+                    }
+                    let batches = staged
+                        .iter()
+                        .map(|(_, v)| decode_batch(v))
+                        .collect::<EngineResult<Vec<_>>>()?;
+                    let mut writes = WriteBatch::default();
+                    apply_changes(store.as_ref(), relation, &batches, &mut writes)?;
+                    writes.delete_ranges.push((lo, hi));
+                    store.write(writes)?;
+                }
+            }
         }
         Ok(())
     }
@@ -247,9 +374,13 @@ impl SourceFactory for ViewSourceFactory {
         _task: &TaskInfo,
         position: Option<&[u8]>,
     ) -> EngineResult<Box<dyn SourceReader>> {
+        // A view holds appended rows (`c`) or, for an updating query, its current result
+        // (`t`); the other area is empty.
+        let mut batches = committed_batches(&self.dir)?;
+        batches.extend(committed_table(&self.dir, &self.schema)?);
         Ok(Box::new(BatchReader::new(
             Arc::clone(&self.schema),
-            committed_batches(&self.dir)?,
+            batches,
             position,
         )))
     }

@@ -1,6 +1,8 @@
 //! `CalcOperator`: filter then project, through DataFusion physical expressions.
 //!
 //! - input: any batch; output: the rows passing `predicate`, with `projection` evaluated.
+//!   Over an updating stream (see [`crate::changelog`]) the change-kind column goes along: a
+//!   filter keeps each passing row's kind, a projection appends the column unchanged.
 //! - state: none. Watermarks, barriers and end pass through untouched.
 
 use std::sync::Arc;
@@ -23,6 +25,8 @@ pub struct CalcOperator {
     projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
     output_schema: SchemaRef,
     description: String,
+    /// The input is an updating stream: the projection carries its change-kind column.
+    carry_op: bool,
 }
 
 impl CalcOperator {
@@ -37,7 +41,15 @@ impl CalcOperator {
             projection,
             output_schema,
             description,
+            carry_op: false,
         }
+    }
+
+    /// The same step over an updating stream: the projection keeps the change kinds (the
+    /// last input column) as its last output column; `output_schema` includes it.
+    pub fn carrying_op(mut self) -> Self {
+        self.carry_op = true;
+        self
     }
 
     /// Filter and project one batch.
@@ -56,10 +68,13 @@ impl CalcOperator {
             return Ok(batch);
         };
         let n = batch.num_rows();
-        let columns = exprs
+        let mut columns = exprs
             .iter()
             .map(|e| e.evaluate(&batch).and_then(|v| v.into_array(n)))
             .collect::<Result<Vec<_>, _>>()?;
+        if self.carry_op {
+            columns.push(crate::changelog::op_array(&batch)?);
+        }
         let options = RecordBatchOptions::new().with_row_count(Some(n));
         Ok(RecordBatch::try_new_with_options(
             Arc::clone(&self.output_schema),

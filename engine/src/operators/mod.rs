@@ -1,9 +1,11 @@
 //! Operators, one per file. Each file's doc says what the operator takes, emits and keeps, and
 //! what it does on watermark, barrier and end. The windowed ones (aggregate, window and interval join,
-//! Top-N, session, emit order) stand on one layer, [`windowed`].
+//! Top-N, session, emit order) stand on one layer, [`windowed`]. Operators over updating
+//! streams ([`crate::changelog`]) read and write change kinds: [`group_aggregate`].
 
 pub mod calc;
 pub mod emit_order;
+pub mod group_aggregate;
 pub mod interval_join;
 pub mod limit;
 pub mod session_window;
@@ -21,6 +23,7 @@ mod tests;
 
 pub use calc::CalcOperator;
 pub use emit_order::EmitOrderSpec;
+pub use group_aggregate::{GroupAggregateSpec, UpdatingAggKind, UpdatingAggregate};
 pub use interval_join::{IntervalJoinSpec, IntervalSide};
 pub use limit::LimitSpec;
 pub use session_window::SessionWindowSpec;

@@ -58,6 +58,10 @@ pub struct JobSettings {
         skip_serializing_if = "Option::is_none"
     )]
     pub idle_timeout: Option<Duration>,
+    /// `runtime_mode = 'streaming'` when the job was created: a GROUP BY without a window
+    /// keeps its result up to date even over bounded input.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub streaming: bool,
 }
 
 fn default_memory_budget() -> usize {
@@ -227,6 +231,7 @@ mod tests {
                 checkpoints_retained: 2,
                 memory_budget: 1 << 20,
                 idle_timeout: Some(Duration::from_secs(10)),
+                streaming: false,
             },
             base_dir: PathBuf::from("/work"),
             state: JobState::Stopped,

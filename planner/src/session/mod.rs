@@ -62,6 +62,10 @@ pub struct SessionConfig {
     pub memory_budget: usize,
     /// `idle_timeout` of sources whose table sets none.
     pub idle_timeout: Option<Duration>,
+    /// `runtime_mode = 'streaming'`: a GROUP BY without a window keeps its result up to date
+    /// as rows arrive (an updating result) even over bounded input; `'auto'` (false)
+    /// computes it once at the end of bounded input.
+    pub streaming: bool,
     /// `late_rows` of tables created from now on that set none (`{table}` stands for the
     /// table's name).
     pub late_rows: Option<String>,
@@ -84,6 +88,7 @@ impl Default for SessionConfig {
             resume_jobs: true,
             memory_budget: weir_engine::runtime::DEFAULT_MEMORY_BUDGET,
             idle_timeout: None,
+            streaming: false,
             late_rows: None,
             file_root: None,
             client_params: BTreeMap::new(),
@@ -358,7 +363,16 @@ impl Session {
                 Statement::Query(_) => {
                     let names = output_names(&s);
                     let plan = self.logical_plan(*s)?;
-                    Ok(Some(result_schema(&plan, names)))
+                    let schema = result_schema(&plan, names);
+                    if !reads_tables(&plan) {
+                        return Ok(Some(schema));
+                    }
+                    let catalog = self.catalog();
+                    let planned = self.stream_planner(&catalog).plan_query(&plan)?;
+                    Ok(Some(match planned.updating() {
+                        Some(_) => weir_engine::changelog::text_schema(&schema),
+                        None => schema,
+                    }))
                 }
                 // DESCRIBE lists columns and has no side effects: run it for its columns.
                 describe @ Statement::ExplainTable { .. } => {
@@ -402,6 +416,16 @@ impl Session {
         }
     }
 
+    /// The stream planner of ad-hoc queries.
+    fn stream_planner<'a>(&'a self, catalog: &'a Catalog) -> StreamPlanner<'a> {
+        StreamPlanner::new(
+            catalog,
+            self.state.execution_props(),
+            self.config.parallelism,
+        )
+        .with_streaming(self.config.streaming)
+    }
+
     fn next_job_name(&mut self) -> String {
         format!("query-{}", self.shared.next_query_number())
     }
@@ -415,12 +439,13 @@ impl Session {
         }
         let name = self.next_job_name();
         let (tx, rx) = crossbeam_channel::bounded(64);
-        let graph = StreamPlanner::new(
-            &self.catalog(),
-            self.state.execution_props(),
-            self.config.parallelism,
-        )
-        .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
+        let catalog = self.catalog();
+        let planned = self.stream_planner(&catalog).plan_query(&plan)?;
+        let schema = match planned.updating() {
+            Some(_) => weir_engine::changelog::text_schema(&schema),
+            None => schema,
+        };
+        let graph = planned.into_job(&name, Arc::new(ChannelSink::new(tx)));
         let bounded = graph.is_bounded();
         let limit = result_limit(&plan)?;
         let job = spawn_job(graph, self.job_config())?;
@@ -463,12 +488,10 @@ impl Session {
         }
         let (tx, rx) = crossbeam_channel::bounded(64);
         let name = self.next_job_name();
-        let graph = StreamPlanner::new(
-            &self.catalog(),
-            self.state.execution_props(),
-            self.config.parallelism,
-        )
-        .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
+        let catalog = self.catalog();
+        let graph =
+            self.stream_planner(&catalog)
+                .plan_job(&name, &plan, Arc::new(ChannelSink::new(tx)))?;
         let mut lines = graph.explain();
         if !analyze {
             return Ok(text_rows(

@@ -177,6 +177,11 @@ impl Session {
                 "default idle_timeout of sources whose table sets none: a partition silent that long stops holding the watermark back (liveness over determinism); off: never",
             ),
             (
+                "runtime_mode",
+                if self.config.streaming { "streaming" } else { "auto" }.to_string(),
+                "auto: a GROUP BY without a window over bounded input gives its result once, at the end of input; streaming: it keeps the result up to date as rows arrive (an updating result with an op column: +I, -U, +U, -D), as over unbounded input",
+            ),
+            (
                 "late_rows",
                 self.config
                     .late_rows
@@ -220,6 +225,19 @@ impl Session {
                     None
                 } else {
                     Some(parse_duration(value)?)
+                };
+                Ok(())
+            }
+            "runtime_mode" => {
+                let v = value.trim().trim_matches('\'').trim().to_ascii_lowercase();
+                self.config.streaming = match v.as_str() {
+                    "streaming" => true,
+                    "auto" | "default" => false,
+                    _ => {
+                        return Err(invalid!(
+                            "runtime_mode must be 'auto' or 'streaming', got '{value}'"
+                        ))
+                    }
                 };
                 Ok(())
             }

@@ -17,13 +17,13 @@ use super::settings::{parse_delivery, parse_duration};
 use super::{text_rows, Session, SessionConfig, StatementResult};
 use crate::catalog::TableDef;
 use crate::error::{PlanError, Result};
-use crate::invalid;
 use crate::jobs::{
     job_dir, JobManager, JobOutcome, JobRecord, JobSettings, JobState, SHOW_JOBS_COLUMNS,
 };
 use crate::sql::statement::parse_recorded_job;
 use crate::sql::{CreateJob, JobKind, JobTarget, StatementText};
 use crate::stream_plan::{reads_tables, StreamPlanner};
+use crate::{invalid, not_supported};
 
 fn valid_job_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -186,6 +186,7 @@ impl Session {
             checkpoints_retained: self.config.checkpoints_retained,
             memory_budget: self.config.memory_budget,
             idle_timeout: self.config.idle_timeout,
+            streaming: self.config.streaming,
         };
         let mut rest = Vec::new();
         for (k, v) in options.drain(..) {
@@ -232,13 +233,35 @@ impl Session {
         if !reads_tables(&plan) {
             return Err(invalid!("{name}: the query reads no table"));
         }
-        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let relation: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let catalog = self.catalog();
+        let planned =
+            StreamPlanner::new(&catalog, self.state.execution_props(), settings.parallelism)
+                .with_fixed_shape()
+                .with_delivery(settings.exactly_once)
+                .with_streaming(settings.streaming)
+                .plan_query(&plan)?;
+        let updating = planned.updating();
+        if let (Some(why), true, false) = (&updating, view, settings.exactly_once) {
+            return Err(not_supported!(
+                "materialized view {name}: its query's result is updating ({why}), and a view applies each change once: delivery = 'at_least_once' would apply replayed changes again; use exactly_once"
+            ));
+        }
+        // What the sink's rows hold: an updating result's start with their change kind.
+        let schema = match updating {
+            Some(_) => weir_engine::changelog::text_schema(&relation),
+            None => Arc::clone(&relation),
+        };
         let sink: Arc<dyn OperatorFactory> = if view {
             Arc::new(ViewSinkFactory {
                 view: name.to_string(),
                 dir: self.view_dir(name)?,
-                schema: Arc::clone(&schema),
+                schema: match updating {
+                    Some(_) => weir_engine::changelog::with_op_field(&relation),
+                    None => Arc::clone(&relation),
+                },
                 exactly_once: settings.exactly_once,
+                updating: updating.is_some().then(|| Arc::clone(&relation)),
             })
         } else {
             let job_dir = self
@@ -257,22 +280,18 @@ impl Session {
                     job_dir,
                     exactly_once: settings.exactly_once,
                     checkpoint_interval: settings.checkpoint_interval,
+                    updating,
                 },
             )?
         };
-        let catalog = self.catalog();
-        let planner =
-            StreamPlanner::new(&catalog, self.state.execution_props(), settings.parallelism)
-                .with_fixed_shape()
-                .with_delivery(settings.exactly_once);
         // A view's rows go through one writer; file and PostgreSQL sinks write from every
         // instance of the last stage.
         let graph = if view {
-            planner.plan_job(name, &plan, sink)?
+            planned.into_job(name, sink)
         } else {
-            planner.plan_parallel_job(name, &plan, sink)?
+            planned.into_parallel_job(name, sink)
         };
-        Ok((graph, schema))
+        Ok((graph, relation))
     }
 
     /// Where a materialized view keeps its rows. Scratch sessions planning a recorded job

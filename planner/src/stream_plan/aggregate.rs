@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{Aggregate, Expr};
@@ -10,11 +11,12 @@ use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggrega
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_engine::operators::{
-    GroupColumn, WindowAggregateSpec, WindowBound, WindowColumn, WindowEdge,
+    GroupAggregateSpec, GroupColumn, UpdatingAggKind, UpdatingAggregate, WindowAggregateSpec,
+    WindowBound, WindowColumn, WindowEdge,
 };
 use weir_engine::{Partitioning, Stage, StageInput};
 
-use super::{arrow_schema, exprs_text, Stream, StreamPlanner};
+use super::{arrow_schema, batch_schema, exprs_text, Stream, StreamPlanner};
 use crate::error::Result;
 use crate::{invalid, not_supported};
 
@@ -51,11 +53,10 @@ impl StreamPlanner<'_> {
         }
         let input_arrow = arrow_schema(&input.schema);
         let mut group_by = self.group_by(agg, &input)?;
-        if group_by.window.is_none() && !input.bounded {
-            return Err(not_supported!(
-                "GROUP BY without window_start or window_end over an unbounded source; aggregate over TUMBLE(...) or HOP(...) windows"
-            ));
+        if group_by.window.is_none() && (!input.bounded || input.updating || self.streaming) {
+            return self.plan_updating_aggregate(agg, input, group_by.keys);
         }
+        self.append_only(&input, "a window aggregate")?;
         let (aggregates, filters) = self.lower_aggregates(agg, &input, &input_arrow)?;
         group_by
             .out_windows
@@ -100,7 +101,107 @@ impl StreamPlanner<'_> {
             rowtime: vec![false; agg.schema.fields().len()],
             bounded: input.bounded,
             unordered: true,
+            updating: false,
         })
+    }
+
+    /// A GROUP BY without a window whose result changes as rows arrive: a
+    /// [`GroupAggregateSpec`] behind a keyed exchange on the group keys, emitting an updating
+    /// stream (DESIGN.md §8).
+    fn plan_updating_aggregate(
+        &mut self,
+        agg: &Aggregate,
+        input: Stream,
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> Result<Stream> {
+        let groups = agg.group_expr.len();
+        let aggregates = agg
+            .aggr_expr
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let output = agg.schema.field(groups + i).data_type().clone();
+                self.updating_aggregate(e, &input, output)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let input_arrow = batch_schema(&input.schema, input.updating);
+        let spec = GroupAggregateSpec {
+            input_schema: arrow_schema(&input.schema),
+            input_updating: input.updating,
+            keys: keys.clone(),
+            aggregates,
+            output_schema: arrow_schema(&agg.schema),
+            description: format!(
+                "GroupAggregate (updating): group by [{}], aggregates [{}]",
+                exprs_text(&agg.group_expr),
+                exprs_text(&agg.aggr_expr)
+            ),
+        };
+        let stage = self.keyed_stage(&input, keys, None, &input_arrow, "aggregate");
+        self.stages[stage].chain.push(Arc::new(spec));
+        Ok(Stream {
+            stage,
+            schema: agg.schema.clone(),
+            windows: vec![None; agg.schema.fields().len()],
+            rowtime: vec![false; agg.schema.fields().len()],
+            bounded: input.bounded,
+            unordered: false,
+            updating: true,
+        })
+    }
+
+    /// One aggregate expression as an [`UpdatingAggregate`], or why it cannot be maintained
+    /// under retractions.
+    fn updating_aggregate(
+        &self,
+        e: &Expr,
+        input: &Stream,
+        output: DataType,
+    ) -> Result<UpdatingAggregate> {
+        const SUPPORTED: &str = "count, sum, avg, min, max and count(DISTINCT ...)";
+        let Expr::AggregateFunction(f) = e.clone().unalias() else {
+            return Err(not_supported!("{e} in a GROUP BY over an unbounded input"));
+        };
+        let name = f.func.name().to_ascii_lowercase();
+        let p = &f.params;
+        if !p.order_by.is_empty() {
+            return Err(not_supported!("ORDER BY inside an aggregate ({e})"));
+        }
+        let kind = match (name.as_str(), p.distinct) {
+            ("count", false) => UpdatingAggKind::Count,
+            ("count", true) => UpdatingAggKind::CountDistinct,
+            ("sum", false) => UpdatingAggKind::Sum,
+            ("avg" | "mean", false) => UpdatingAggKind::Avg,
+            ("min", _) => UpdatingAggKind::Min,
+            ("max", _) => UpdatingAggKind::Max,
+            _ => {
+                return Err(not_supported!(
+                    "{e} over an unbounded or updating input: weir keeps {SUPPORTED} up to date as rows come and go; window the GROUP BY for other aggregates"
+                ))
+            }
+        };
+        let arg = match p.args.as_slice() {
+            [] => Arc::new(datafusion::physical_expr::expressions::Literal::new(
+                datafusion::common::ScalarValue::Int64(Some(1)),
+            )) as Arc<dyn PhysicalExpr>,
+            [arg] => self.physical(arg, &input.schema)?,
+            _ => return Err(not_supported!("{e}: an aggregate of several arguments")),
+        };
+        let filter = p
+            .filter
+            .as_ref()
+            .map(|f| self.physical(f, &input.schema))
+            .transpose()?;
+        let aggregate = UpdatingAggregate {
+            kind,
+            arg,
+            filter,
+            output,
+        };
+        aggregate
+            .check()
+            .map_err(|what| not_supported!("{e} ({what}) over an unbounded or updating input"))?;
+        Ok(aggregate)
     }
 
     /// Splits the GROUP BY list: window columns (traced through the input) and other keys.

@@ -108,6 +108,7 @@ impl StreamPlanner<'_> {
             rowtime: vec![false; columns],
             bounded: left.bounded && right.bounded,
             unordered: true,
+            updating: false,
         }))
     }
 }

@@ -35,6 +35,8 @@ impl StreamPlanner<'_> {
         let kind = join_kind(join)?;
         let left = self.plan(&join.left)?;
         let right = self.plan(&join.right)?;
+        self.append_only(&left, "JOIN")?;
+        self.append_only(&right, "JOIN")?;
         let keys = self.join_keys(join, &left, &right)?;
         let bounded = left.bounded && right.bounded;
         if keys.windows.is_none() {
@@ -90,6 +92,7 @@ impl StreamPlanner<'_> {
             windows: out_windows,
             bounded,
             unordered: true,
+            updating: false,
         })
     }
 

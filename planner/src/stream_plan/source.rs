@@ -374,6 +374,7 @@ impl StreamPlanner<'_> {
             rowtime,
             bounded,
             unordered: false,
+            updating: false,
         })
     }
 

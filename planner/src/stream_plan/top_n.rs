@@ -66,6 +66,7 @@ impl StreamPlanner<'_> {
         let number = Column::from(window.schema.qualified_field(fields - 1));
         let kept = kept_rows(predicate, &number)?;
         let input = self.plan(&window.input)?;
+        self.append_only(&input, "a Top-N")?;
         let mut keys: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut windows: Vec<WindowColumn> = Vec::new();
         for e in &params.partition_by {
@@ -121,6 +122,7 @@ impl StreamPlanner<'_> {
             windows: out_windows,
             bounded: input.bounded,
             unordered: true,
+            updating: false,
         })
     }
 }

@@ -21,6 +21,9 @@ impl StreamPlanner<'_> {
             .iter()
             .map(|input| self.plan(input))
             .collect::<Result<Vec<_>>>()?;
+        for input in &inputs {
+            self.append_only(input, "UNION")?;
+        }
         let fields = union.schema.fields();
         for (n, input) in inputs.iter().enumerate() {
             let types = input.schema.fields().iter().map(|f| f.data_type());
@@ -86,6 +89,7 @@ impl StreamPlanner<'_> {
             bounded: inputs.iter().all(|s| s.bounded),
             // Rows of the inputs interleave as they arrive.
             unordered: true,
+            updating: false,
         })
     }
 

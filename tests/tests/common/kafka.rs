@@ -18,7 +18,7 @@ use weir_connectors::kafka::producer::{OutRecord, Producer};
 pub fn tansu_binary() -> PathBuf {
     let path = std::env::var_os("WEIR_TANSU")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/tmp/weir-tools/tansu-0.6.0-endtxn/bin/tansu"));
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/weir-tools/tansu-0.6.0-weir2/bin/tansu"));
     assert!(
         path.is_file(),
         "the tansu broker is not at {}: run scripts/setup.sh --tests",
@@ -201,10 +201,43 @@ pub fn read_uncommitted(broker: &Broker, topic: &str) -> BTreeMap<i32, Vec<Strin
         .collect()
 }
 
-fn read_raw(broker: &Broker, topic: &str) -> BTreeMap<i32, Vec<RawBatch>> {
+/// The high watermark (the end of the log, open transactions and markers included) of
+/// `partition` of `topic`, as the broker reports it in a fetch's answer.
+pub fn high_watermark(broker: &Broker, topic: &str, partition: i32) -> i64 {
+    let resp = fetch_uncommitted(&mut broker.cluster(), topic, partition, 0);
+    resp.responses[0].partitions[0].high_watermark
+}
+
+/// One read_uncommitted fetch of `partition` of `topic` from `offset`, from its leader.
+fn fetch_uncommitted(
+    cluster: &mut Cluster,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> kafka_protocol::messages::FetchResponse {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
     use kafka_protocol::protocol::StrBytes;
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(16 << 20)
+        .with_isolation_level(0)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_current_leader_epoch(-1)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(4 << 20)])]);
+    let leader = cluster.leader(topic, partition).expect("leader");
+    cluster.on(&leader, |c| c.call(&request)).expect("fetch")
+}
+
+fn read_raw(broker: &Broker, topic: &str) -> BTreeMap<i32, Vec<RawBatch>> {
     let mut cluster = broker.cluster();
     let partitions = cluster.partitions(topic).expect("topic metadata");
     let mut out = BTreeMap::new();
@@ -212,23 +245,7 @@ fn read_raw(broker: &Broker, topic: &str) -> BTreeMap<i32, Vec<RawBatch>> {
         let mut offset = 0i64;
         let mut batches = Vec::new();
         loop {
-            let request = FetchRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_max_wait_ms(0)
-                .with_min_bytes(0)
-                .with_max_bytes(16 << 20)
-                .with_isolation_level(0)
-                .with_session_epoch(-1)
-                .with_topics(vec![FetchTopic::default()
-                    .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-                    .with_partitions(vec![FetchPartition::default()
-                        .with_partition(p.partition)
-                        .with_fetch_offset(offset)
-                        .with_current_leader_epoch(-1)
-                        .with_log_start_offset(-1)
-                        .with_partition_max_bytes(4 << 20)])]);
-            let leader = cluster.leader(topic, p.partition).expect("leader");
-            let resp = cluster.on(&leader, |c| c.call(&request)).expect("fetch");
+            let resp = fetch_uncommitted(&mut cluster, topic, p.partition, offset);
             let data = resp.responses[0].partitions[0]
                 .records
                 .clone()

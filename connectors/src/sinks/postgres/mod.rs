@@ -20,6 +20,14 @@
 //! statements whose parameters are the same encoded cells as COPY's (binary values; text
 //! values cast by the server). The rows of one flush are first reduced to the last row of
 //! each key, since one statement may not update a row twice.
+//!
+//! An updating query (DESIGN.md §8) needs `primary_key` (its group keys): the sink applies
+//! its changes by key. Per flush each key's last change wins: an add (`+I`, `+U`) upserts the
+//! row as above, a retraction (`-U`, `-D`) deletes the key (prepared
+//! `DELETE FROM t WHERE (k1, ...) IN (($1, ...), ...)` with the same parameters). Deletes and
+//! upserts go into the epoch's transaction (exactly-once) or run in autocommit
+//! (at-least-once: a replay applies the same changes by key again, which is idempotent).
+//! Without `primary_key` an updating query is refused when the sink is created.
 
 mod connect;
 mod encode;
@@ -29,10 +37,11 @@ pub use connect::Timeouts;
 
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use postgres::error::SqlState;
 use postgres::Client;
+use weir_engine::changelog;
 use weir_engine::checkpoint::Committer;
 use weir_engine::{
     EngineError, Operator, OperatorFactory, Output, Result as EngineResult, TaskInfo,
@@ -67,6 +76,9 @@ pub struct PostgresSinkFactory {
     pub primary_key: Vec<String>,
     pub exactly_once: bool,
     pub timeouts: Timeouts,
+    /// The query's result is updating: batches carry each row's change kind last
+    /// ([`changelog::OP_COLUMN`]), applied by `primary_key`.
+    pub updating: bool,
 }
 
 /// The sink's error. Rows the server refuses (constraint violations, bad values, a table or
@@ -98,13 +110,23 @@ impl PostgresSinkFactory {
     /// Validates the options and the target: the server is reachable, it can prepare
     /// transactions (exactly-once), the table exists (or is created) with every column the
     /// query produces.
+    ///
+    /// `updating` is why the query's result is updating (DESIGN.md §8), `None` when it is
+    /// append-only. An updating query needs `primary_key`. Its `schema` may hold a change-kind
+    /// column besides the relation's (the planner gives `op` first, as people see a changelog:
+    /// [`changelog::text_schema`]); the table has no such column, so it is left out.
     pub fn from_options(
         sink: &str,
         job: &str,
         schema: SchemaRef,
         options: &mut Options,
         exactly_once: bool,
+        updating: Option<&str>,
     ) -> Result<Self> {
+        let schema = match updating {
+            Some(_) => relation_schema(schema),
+            None => schema,
+        };
         let url = options.take_required("url")?;
         let table = options.take_required("table")?;
         let create_table = options.take_bool("create_table")?.unwrap_or(false);
@@ -147,6 +169,15 @@ impl PostgresSinkFactory {
             })
             .unwrap_or_default();
         options.finish("postgres", OPTIONS)?;
+        if let (Some(why), true) = (updating, primary_key.is_empty()) {
+            return Err(ConnectorError::AppendOnly {
+                sink: sink.to_string(),
+                why: why.to_string(),
+                fix: "so a PostgreSQL sink needs primary_key = '...' (the query's group keys) \
+                      to apply them"
+                    .into(),
+            });
+        }
         for k in &primary_key {
             if schema.field_with_name(k).is_err() {
                 return Err(ConnectorError::InvalidOption {
@@ -165,6 +196,7 @@ impl PostgresSinkFactory {
             primary_key,
             exactly_once,
             timeouts,
+            updating: updating.is_some(),
         };
         me.check_target(create_table)?;
         Ok(me)
@@ -276,6 +308,30 @@ impl PostgresSinkFactory {
 
 use crate::redact::redact;
 
+/// The relation's columns of an updating query's `schema`: without its change-kind column,
+/// `op` (Utf8) first as the planner gives it ([`changelog::text_schema`]), or
+/// [`changelog::OP_COLUMN`] last as the batches carry it.
+fn relation_schema(schema: SchemaRef) -> SchemaRef {
+    let fields = schema.fields();
+    let skip = if changelog::has_op_field(&schema) {
+        fields.len() - 1..fields.len()
+    } else if fields
+        .first()
+        .is_some_and(|f| f.name() == changelog::OP_TEXT_COLUMN && f.data_type() == &DataType::Utf8)
+    {
+        0..1
+    } else {
+        return schema;
+    };
+    let kept: Vec<Field> = fields
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !skip.contains(i))
+        .map(|(_, f)| f.as_ref().clone())
+        .collect();
+    Arc::new(Schema::new_with_metadata(kept, schema.metadata().clone()))
+}
+
 impl OperatorFactory for PostgresSinkFactory {
     fn describe(&self) -> String {
         format!(
@@ -289,6 +345,8 @@ impl OperatorFactory for PostgresSinkFactory {
             },
             if self.primary_key.is_empty() {
                 ", append".to_string()
+            } else if self.updating {
+                format!(", changes applied on {}", self.primary_key.join(", "))
             } else {
                 format!(", upsert on {}", self.primary_key.join(", "))
             },

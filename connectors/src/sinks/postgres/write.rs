@@ -1,5 +1,8 @@
 //! Rows into the sink's table: appends by one `COPY ... FROM STDIN` per flush, upserts by
 //! prepared multi-row `INSERT ... ON CONFLICT` statements (see the module above for why).
+//! An updating query's changes (DESIGN.md §8) go the upsert way: per flush, each key's last
+//! change wins; an add (`+I`, `+U`) upserts its row, a retraction (`-U`, `-D`) deletes the
+//! key by prepared `DELETE ... WHERE (keys) IN ((...), ...)` statements.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -7,6 +10,7 @@ use std::io::Write;
 use datafusion::arrow::record_batch::RecordBatch;
 use postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use postgres::{Client, Statement};
+use weir_engine::changelog::{self, Op};
 use weir_engine::{EngineError, Result as EngineResult};
 
 use super::encode::{EncodedRows, Encoding};
@@ -25,6 +29,8 @@ pub(super) struct Target {
     keys: Vec<usize>,
     /// Upsert: the statement for [`Self::rows_per_upsert`] rows, once prepared.
     upsert: Option<Statement>,
+    /// Updating query: the delete statement for [`Self::rows_per_delete`] keys, once prepared.
+    delete: Option<Statement>,
     /// Upsert: each column's parameter, `$n` or `$n::text::type` for a text cell.
     casts: Vec<Option<String>>,
 }
@@ -121,11 +127,13 @@ impl Target {
             ),
             keys,
             upsert: None,
+            delete: None,
             casts,
         })
     }
 
-    /// Writes the rows of `batches`.
+    /// Writes the rows of `batches` (an updating query's: its changes, the change kind in
+    /// the batches' last column).
     pub fn write(
         &mut self,
         spec: &PostgresSinkFactory,
@@ -133,7 +141,23 @@ impl Target {
         batches: &[RecordBatch],
     ) -> EngineResult<()> {
         let mut rows = EncodedRows::default();
+        // Updating query: whether each row enters the result (`+I`, `+U`) or leaves it
+        // (`-U`, `-D`). Left empty for an append-only one (every row enters).
+        let mut adds: Vec<bool> = Vec::new();
         for batch in batches {
+            let relation;
+            let batch = if spec.updating && changelog::has_op_field(batch.schema_ref()) {
+                for code in changelog::ops(batch)?.values().iter() {
+                    adds.push(Op::from_code(*code)?.is_add());
+                }
+                relation = changelog::relation(batch)?;
+                &relation
+            } else {
+                if spec.updating {
+                    adds.resize(adds.len() + batch.num_rows(), true);
+                }
+                batch
+            };
             // A cast that overflows is a value the column cannot hold: the data's fault.
             rows.push(batch, &self.encodings)
                 .map_err(|e| EngineError::BadInput(format!("sink {}: {e}", spec.sink)))?;
@@ -141,7 +165,7 @@ impl Target {
         if self.keys.is_empty() {
             self.copy(spec, client, &rows)
         } else {
-            self.upsert(spec, client, &rows)
+            self.upsert(spec, client, &rows, &adds)
         }
     }
 
@@ -219,11 +243,16 @@ impl Target {
         )
     }
 
+    /// Upserts the last row of each key of `rows`; with `adds` (an updating query's rows:
+    /// whether each enters the result), a key whose last change is a retraction is deleted
+    /// instead. Both in the open transaction (exactly-once) or in autocommit statements
+    /// (at-least-once: upserting and deleting by key is idempotent).
     fn upsert(
         &mut self,
         spec: &PostgresSinkFactory,
         client: &mut Client,
         rows: &EncodedRows,
+        adds: &[bool],
     ) -> EngineResult<()> {
         let sink = &spec.sink;
         // One statement may not update a row twice: the last row of each key wins.
@@ -231,8 +260,14 @@ impl Target {
         for r in 0..rows.rows() {
             last.insert(self.keys.iter().map(|k| rows.cell(r, *k)).collect(), r);
         }
-        let mut keep: Vec<usize> = last.into_values().collect();
+        let (mut keep, mut gone): (Vec<usize>, Vec<usize>) = last
+            .into_values()
+            .partition(|r| adds.get(*r).copied().unwrap_or(true));
         keep.sort_unstable();
+        gone.sort_unstable();
+        if !gone.is_empty() {
+            self.delete(spec, client, rows, &gone)?;
+        }
         let full = self.rows_per_upsert();
         for chunk in keep.chunks(full) {
             let statement = match &self.upsert {
@@ -256,6 +291,79 @@ impl Target {
             client
                 .execute(&statement, &refs)
                 .map_err(|e| pg_error(sink, "cannot upsert rows", e))?;
+        }
+        Ok(())
+    }
+
+    fn rows_per_delete(&self) -> usize {
+        (65_535 / self.keys.len().max(1)).clamp(1, ROWS_PER_UPSERT)
+    }
+
+    /// `DELETE FROM t WHERE (k1, k2) IN (($1, $2), ($3, $4), ...)` for `rows` keys, each
+    /// parameter typed as upserts type it (the key column's type from the comparison, or
+    /// `$n::text::type` for a text cell).
+    fn delete_sql(&self, spec: &PostgresSinkFactory, rows: usize) -> String {
+        let width = self.keys.len();
+        let tuples: Vec<String> = (0..rows)
+            .map(|r| {
+                let params: Vec<String> = self
+                    .keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| match &self.casts[*c] {
+                        None => format!("${}", r * width + i + 1),
+                        Some(t) => format!("${}::text::{t}", r * width + i + 1),
+                    })
+                    .collect();
+                format!("({})", params.join(", "))
+            })
+            .collect();
+        let keys: Vec<String> = self
+            .keys
+            .iter()
+            .map(|c| ident(spec.schema.field(*c).name()))
+            .collect();
+        format!(
+            "DELETE FROM {} WHERE ({}) IN ({})",
+            ident(&spec.table),
+            keys.join(", "),
+            tuples.join(", ")
+        )
+    }
+
+    /// Deletes the keys of the rows `gone` (an updating query's retractions).
+    fn delete(
+        &mut self,
+        spec: &PostgresSinkFactory,
+        client: &mut Client,
+        rows: &EncodedRows,
+        gone: &[usize],
+    ) -> EngineResult<()> {
+        let sink = &spec.sink;
+        let full = self.rows_per_delete();
+        for chunk in gone.chunks(full) {
+            let statement = match &self.delete {
+                Some(s) if chunk.len() == full => s.clone(),
+                _ => {
+                    let s = client
+                        .prepare(&self.delete_sql(spec, chunk.len()))
+                        .map_err(|e| pg_error(sink, "cannot prepare the delete", e))?;
+                    if chunk.len() == full {
+                        self.delete = Some(s.clone());
+                    }
+                    s
+                }
+            };
+            let keys = &self.keys;
+            let params: Vec<Raw> = chunk
+                .iter()
+                .flat_map(|r| keys.iter().map(move |c| Raw(rows.cell(*r, *c))))
+                .collect();
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+            client
+                .execute(&statement, &refs)
+                .map_err(|e| pg_error(sink, "cannot delete rows", e))?;
         }
         Ok(())
     }

@@ -3,6 +3,7 @@
 //! spills.
 
 mod emit_order;
+mod group_aggregate;
 mod interval_join;
 mod partition;
 mod session_window;

@@ -1,0 +1,655 @@
+//! `GroupAggregateOperator`: GROUP BY without windows over an unbounded or updating input,
+//! whose result changes as rows arrive (DESIGN.md §8; Flink's `GroupAggregate`, RisingWave's
+//! `HashAgg`).
+//!
+//! - input: rows routed by the keyed exchange on the group keys, append-only or updating
+//!   (`+I`/`+U` add a row to its group, `-U`/`-D` take it away).
+//! - output: an updating stream. After each input batch, each group the batch touched emits
+//!   what changed: `+I` of its first result row, `-U` of the old row then `+U` of the new one,
+//!   or `-D` of the old row when its last row was retracted. A group whose result did not
+//!   change emits nothing.
+//! - aggregates: COUNT(*), COUNT(x), SUM, AVG, MIN, MAX, COUNT(DISTINCT x), each with an
+//!   optional FILTER. MIN, MAX and COUNT(DISTINCT) keep the multiset of their values in the
+//!   store, so retracting the current extreme finds the next one (see [`state`]).
+//! - state: every group's state lives in the task's store ([`state`] has the layout) and is
+//!   written there after each batch; memory holds only the batch's groups. At a barrier there
+//!   is nothing left to write: the runtime checkpoints the store. Restored in place, or, at
+//!   another parallelism, by copying the groups that route to this instance.
+//! - watermarks pass through; at end of input nothing is left to emit.
+
+mod state;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array,
+    Int64Array, Int8Array, UInt64Array,
+};
+use datafusion::arrow::compute::SortOptions;
+use datafusion::arrow::compute::{cast, interleave};
+use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef, UInt64Type};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::changelog::{self, Op};
+use crate::error::{EngineError, Result};
+use crate::graph::{OperatorFactory, TaskInfo};
+use crate::operator::{Operator, Output};
+use crate::state::{StateBackend, StateHandle, WriteBatch};
+use state::{count_of, range_end, restore_repartitioned, AggState, GroupState, Keys};
+
+/// What an updating aggregate computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdatingAggKind {
+    /// COUNT(*) and COUNT(x): values that are not NULL.
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+    CountDistinct,
+}
+
+/// One aggregate of a [`GroupAggregateSpec`].
+#[derive(Debug, Clone)]
+pub struct UpdatingAggregate {
+    pub kind: UpdatingAggKind,
+    /// The argument, evaluated on the input (COUNT(*) counts a constant).
+    pub arg: Arc<dyn PhysicalExpr>,
+    /// `FILTER (WHERE ...)`.
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// The result type (the plan's).
+    pub output: DataType,
+}
+
+impl UpdatingAggregate {
+    /// Whether weir can maintain this aggregate under retractions, or why not.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        use UpdatingAggKind::*;
+        let ok = match self.kind {
+            Count | CountDistinct => self.output == DataType::Int64,
+            Sum => matches!(
+                self.output,
+                DataType::Int64 | DataType::UInt64 | DataType::Float64 | DataType::Decimal128(_, _)
+            ),
+            Avg => self.output == DataType::Float64,
+            Min | Max => true,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("{:?} returning {}", self.kind, self.output))
+        }
+    }
+
+    /// What the running sum adds up, for SUM and AVG.
+    fn sum_type(&self) -> Option<DataType> {
+        match self.kind {
+            UpdatingAggKind::Sum => Some(self.output.clone()),
+            UpdatingAggKind::Avg => Some(DataType::Float64),
+            _ => None,
+        }
+    }
+
+    fn keeps_multiset(&self) -> bool {
+        matches!(
+            self.kind,
+            UpdatingAggKind::Min | UpdatingAggKind::Max | UpdatingAggKind::CountDistinct
+        )
+    }
+}
+
+/// The plan node of an updating GROUP BY.
+#[derive(Debug, Clone)]
+pub struct GroupAggregateSpec {
+    /// The relation the input carries (without its change kinds).
+    pub input_schema: SchemaRef,
+    /// Whether the input is an updating stream (its batches end in the change-kind column).
+    pub input_updating: bool,
+    /// The group keys, evaluated on the input: the same expressions the keyed exchange routes
+    /// rows by.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    pub aggregates: Vec<UpdatingAggregate>,
+    /// Group keys then aggregates, without the change kinds (the operator appends them).
+    pub output_schema: SchemaRef,
+    pub description: String,
+}
+
+impl GroupAggregateSpec {
+    fn key_converter(&self) -> Result<Option<RowConverter>> {
+        if self.keys.is_empty() {
+            return Ok(None);
+        }
+        let fields = self
+            .keys
+            .iter()
+            .map(|k| Ok(SortField::new(k.data_type(&self.input_schema)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(RowConverter::new(fields)?))
+    }
+}
+
+impl OperatorFactory for GroupAggregateSpec {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn create(&self, task: &TaskInfo) -> Result<Box<dyn Operator>> {
+        if self.aggregates.len() >= u8::MAX as usize {
+            return Err(EngineError::Internal(
+                "more than 254 aggregates in one GROUP BY".into(),
+            ));
+        }
+        let keys = self.key_converter()?;
+        let values = self
+            .aggregates
+            .iter()
+            .map(|a| {
+                if !a.keeps_multiset() {
+                    return Ok(None);
+                }
+                let options = SortOptions {
+                    descending: a.kind == UpdatingAggKind::Max,
+                    nulls_first: false,
+                };
+                let field =
+                    SortField::new_with_options(a.arg.data_type(&self.input_schema)?, options);
+                Ok(Some(RowConverter::new(vec![field])?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(restore) = task.state.restore() {
+            if let Some((instance, parallelism)) = restore.repartition {
+                restore_repartitioned(
+                    &task.state,
+                    &restore.stores,
+                    keys.as_ref(),
+                    instance,
+                    parallelism,
+                )?;
+            }
+        }
+        let output_schema = changelog::with_op_field(&self.output_schema);
+        Ok(Box::new(GroupAggregateOperator {
+            spec: self.clone(),
+            handle: task.state.clone(),
+            keys,
+            values,
+            output_schema,
+        }))
+    }
+}
+
+/// A running updating GROUP BY (see the module doc).
+pub struct GroupAggregateOperator {
+    spec: GroupAggregateSpec,
+    handle: StateHandle,
+    /// Encodes group keys; `None` without keys (one group, the empty row).
+    keys: Option<RowConverter>,
+    /// Per aggregate keeping a multiset: encodes its values (descending for MAX).
+    values: Vec<Option<RowConverter>>,
+    output_schema: SchemaRef,
+}
+
+/// A batch's groups: their rows, their states before and after the batch.
+struct Touched {
+    /// Group rows in order of first appearance.
+    groups: Vec<Vec<u8>>,
+    /// For each input row, its group.
+    row_group: Vec<usize>,
+    before: Vec<Option<GroupState>>,
+    after: Vec<GroupState>,
+    /// Per group and aggregate keeping a multiset: the value row of its MIN / MAX before and
+    /// after the batch.
+    extreme_before: Vec<Vec<Option<Vec<u8>>>>,
+    extreme_after: Vec<Vec<Option<Vec<u8>>>>,
+}
+
+impl GroupAggregateOperator {
+    /// The change kind of each input row as +1 (adds) or -1 (retracts).
+    fn signs(&self, batch: &RecordBatch) -> Result<(RecordBatch, Vec<i64>)> {
+        if !self.spec.input_updating {
+            return Ok((batch.clone(), vec![1; batch.num_rows()]));
+        }
+        let ops = changelog::ops(batch)?;
+        let signs = ops
+            .values()
+            .iter()
+            .map(|&c| Ok(if Op::from_code(c)?.is_add() { 1 } else { -1 }))
+            .collect::<Result<Vec<i64>>>()?;
+        Ok((changelog::relation(batch)?, signs))
+    }
+
+    /// Groups the batch's rows and reads their states.
+    fn touch(&self, rel: &RecordBatch, store: &dyn StateBackend) -> Result<Touched> {
+        let n = rel.num_rows();
+        let mut groups: Vec<Vec<u8>> = Vec::new();
+        let mut row_group = Vec::with_capacity(n);
+        match &self.keys {
+            None => {
+                groups.push(Vec::new());
+                row_group.resize(n, 0);
+            }
+            Some(converter) => {
+                let columns = self
+                    .spec
+                    .keys
+                    .iter()
+                    .map(|k| k.evaluate(rel).and_then(|v| v.into_array(n)))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let rows = converter.convert_columns(&columns)?;
+                let mut index: HashMap<&[u8], usize> = HashMap::new();
+                for row in rows.iter() {
+                    let next = groups.len();
+                    let g = *index.entry(row.data()).or_insert(next);
+                    if g == next {
+                        groups.push(row.data().to_vec());
+                    }
+                    row_group.push(g);
+                }
+            }
+        }
+        let keys = Keys {
+            handle: &self.handle,
+        };
+        let aggs = self.spec.aggregates.len();
+        let before = groups
+            .iter()
+            .map(|g| {
+                store
+                    .get(&keys.group(g))?
+                    .map(|b| GroupState::decode(&b, aggs))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let after = before
+            .iter()
+            .map(|s| s.clone().unwrap_or_else(|| GroupState::new(aggs)))
+            .collect();
+        let extreme_before = self.extremes(&groups, store)?;
+        Ok(Touched {
+            groups,
+            row_group,
+            before,
+            after,
+            extreme_before,
+            extreme_after: Vec::new(),
+        })
+    }
+
+    /// The current MIN / MAX value row of each group's multiset aggregates.
+    fn extremes(
+        &self,
+        groups: &[Vec<u8>],
+        store: &dyn StateBackend,
+    ) -> Result<Vec<Vec<Option<Vec<u8>>>>> {
+        let keys = Keys {
+            handle: &self.handle,
+        };
+        groups
+            .iter()
+            .map(|g| {
+                self.spec
+                    .aggregates
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| {
+                        if !matches!(a.kind, UpdatingAggKind::Min | UpdatingAggKind::Max) {
+                            return Ok(None);
+                        }
+                        let start = keys.multiset(g, i);
+                        let end = range_end(&start);
+                        Ok(store
+                            .first_key(&start, &end)?
+                            .map(|k| k[start.len()..].to_vec()))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Applies the batch to the groups' states; multiset changes go to `batch`.
+    fn accumulate(
+        &self,
+        rel: &RecordBatch,
+        signs: &[i64],
+        t: &mut Touched,
+        store: &dyn StateBackend,
+        batch: &mut WriteBatch,
+    ) -> Result<()> {
+        let n = rel.num_rows();
+        for (row, &g) in t.row_group.iter().enumerate() {
+            t.after[g].rows += signs[row];
+        }
+        let keys = Keys {
+            handle: &self.handle,
+        };
+        for (i, agg) in self.spec.aggregates.iter().enumerate() {
+            let arg = agg.arg.evaluate(rel)?.into_array(n)?;
+            let taken = takes(agg, &arg, rel)?;
+            if let Some(sum_type) = agg.sum_type() {
+                let values = cast(&arg, &sum_type)?;
+                add_sums(&values, &taken, signs, &t.row_group, &mut t.after, i)?;
+                continue;
+            }
+            let Some(converter) = &self.values[i] else {
+                for row in (0..n).filter(|&r| taken[r]) {
+                    t.after[t.row_group[row]].aggs[i].n += signs[row];
+                }
+                continue;
+            };
+            // A multiset: net change per (group, value), then one read and write each.
+            let rows = converter.convert_columns(&[arg])?;
+            let mut deltas: HashMap<Vec<u8>, (usize, i64)> = HashMap::new();
+            for row in (0..n).filter(|&r| taken[r]) {
+                let g = t.row_group[row];
+                let mut key = keys.multiset(&t.groups[g], i);
+                key.extend_from_slice(rows.row(row).data());
+                deltas.entry(key).or_insert((g, 0)).1 += signs[row];
+                if agg.kind != UpdatingAggKind::CountDistinct {
+                    t.after[g].aggs[i].n += signs[row];
+                }
+            }
+            for (key, (g, delta)) in deltas {
+                if delta == 0 {
+                    continue;
+                }
+                let had = store.get(&key)?.map_or(0, |b| count_of(&b));
+                let has = had + delta;
+                if agg.kind == UpdatingAggKind::CountDistinct {
+                    t.after[g].aggs[i].n += i64::from(has > 0) - i64::from(had > 0);
+                }
+                if has > 0 {
+                    batch.puts.push((key, has.to_le_bytes().to_vec()));
+                } else {
+                    // A retraction of a value never added leaves nothing behind either.
+                    let end = state::just_after(&key);
+                    batch.delete_ranges.push((key, end));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The result rows of `groups` (indices into `t`), from their states `before` or after.
+    fn results(&self, t: &Touched, groups: &[usize], before: bool) -> Result<Vec<ArrayRef>> {
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        if let Some(converter) = &self.keys {
+            let parser = converter.parser();
+            let rows = groups.iter().map(|&g| parser.parse(&t.groups[g]));
+            columns.extend(converter.convert_rows(rows)?);
+        }
+        for (i, agg) in self.spec.aggregates.iter().enumerate() {
+            let states = groups.iter().map(|&g| {
+                if before {
+                    t.before[g]
+                        .as_ref()
+                        .map_or(AggState::default(), |s| s.aggs[i])
+                } else {
+                    t.after[g].aggs[i]
+                }
+            });
+            let column: ArrayRef = match agg.kind {
+                UpdatingAggKind::Count | UpdatingAggKind::CountDistinct => {
+                    Arc::new(Int64Array::from_iter_values(states.map(|s| s.n)))
+                }
+                UpdatingAggKind::Avg => Arc::new(Float64Array::from_iter(
+                    states.map(|s| (s.n > 0).then(|| s.float() / s.n as f64)),
+                )),
+                UpdatingAggKind::Sum => sum_column(&agg.output, states)?,
+                UpdatingAggKind::Min | UpdatingAggKind::Max => {
+                    let extremes = if before {
+                        &t.extreme_before
+                    } else {
+                        &t.extreme_after
+                    };
+                    let values: Vec<Option<&[u8]>> =
+                        groups.iter().map(|&g| extremes[g][i].as_deref()).collect();
+                    self.extreme_column(i, &agg.output, &values)?
+                }
+            };
+            columns.push(column);
+        }
+        columns
+            .into_iter()
+            .zip(self.spec.output_schema.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c)
+                } else {
+                    Ok(cast(&c, f.data_type())?)
+                }
+            })
+            .collect()
+    }
+
+    /// MIN / MAX values from their value rows (`None`: NULL).
+    fn extreme_column(
+        &self,
+        agg: usize,
+        output: &DataType,
+        values: &[Option<&[u8]>],
+    ) -> Result<ArrayRef> {
+        let converter = self.values[agg]
+            .as_ref()
+            .ok_or_else(|| EngineError::Internal("MIN/MAX without a value encoding".into()))?;
+        let present: Vec<usize> = (0..values.len()).filter(|&i| values[i].is_some()).collect();
+        if present.is_empty() {
+            return Ok(new_null_array(output, values.len()));
+        }
+        let parser = converter.parser();
+        let decoded = converter
+            .convert_rows(
+                present
+                    .iter()
+                    .filter_map(|&i| values[i])
+                    .map(|v| parser.parse(v)),
+            )?
+            .remove(0);
+        // Spread the decoded values back over their rows, NULL elsewhere.
+        let nulls = new_null_array(decoded.data_type(), 1);
+        let mut next = 0;
+        let indices: Vec<(usize, usize)> = values
+            .iter()
+            .map(|v| match v {
+                Some(_) => {
+                    next += 1;
+                    (0, next - 1)
+                }
+                None => (1, 0),
+            })
+            .collect();
+        Ok(interleave(&[decoded.as_ref(), nulls.as_ref()], &indices)?)
+    }
+}
+
+/// For each row, whether aggregate `agg` takes its value: not NULL, and passing its FILTER.
+fn takes(agg: &UpdatingAggregate, arg: &ArrayRef, rel: &RecordBatch) -> Result<Vec<bool>> {
+    let n = rel.num_rows();
+    let filter: Option<BooleanArray> = match &agg.filter {
+        Some(f) => Some(
+            f.evaluate(rel)?
+                .into_array(n)?
+                .as_boolean_opt()
+                .ok_or_else(|| EngineError::Internal("FILTER did not return booleans".into()))?
+                .clone(),
+        ),
+        None => None,
+    };
+    Ok((0..n)
+        .map(|r| arg.is_valid(r) && filter.as_ref().is_none_or(|f| f.is_valid(r) && f.value(r)))
+        .collect())
+}
+
+/// Adds each taken row's value (already cast to the sum's type), signed, to its group's sum.
+fn add_sums(
+    values: &ArrayRef,
+    taken: &[bool],
+    signs: &[i64],
+    row_group: &[usize],
+    after: &mut [GroupState],
+    agg: usize,
+) -> Result<()> {
+    for (row, &g) in row_group.iter().enumerate() {
+        if !taken[row] {
+            continue;
+        }
+        let sign = signs[row];
+        let state = &mut after[g].aggs[agg];
+        state.n += sign;
+        match values.data_type() {
+            DataType::Int64 => {
+                let v = values.as_primitive::<Int64Type>().value(row);
+                state.v = state.v.wrapping_add(i128::from(v) * i128::from(sign));
+            }
+            DataType::UInt64 => {
+                let v = values.as_primitive::<UInt64Type>().value(row);
+                state.v = state.v.wrapping_add(i128::from(v) * i128::from(sign));
+            }
+            DataType::Float64 => {
+                let v = values.as_primitive::<Float64Type>().value(row);
+                state.add_float(v * sign as f64);
+            }
+            DataType::Decimal128(_, _) => {
+                let v = values
+                    .as_primitive::<datafusion::arrow::datatypes::Decimal128Type>()
+                    .value(row);
+                state.v = state.v.wrapping_add(v.wrapping_mul(i128::from(sign)));
+            }
+            other => {
+                return Err(EngineError::Internal(format!(
+                    "SUM over {other} cannot be maintained"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// SUM results of type `output` (NULL where the sum took no value).
+fn sum_column(output: &DataType, states: impl Iterator<Item = AggState>) -> Result<ArrayRef> {
+    Ok(match output {
+        DataType::Int64 => Arc::new(Int64Array::from_iter(
+            states.map(|s| (s.n > 0).then_some(s.v as i64)),
+        )),
+        DataType::UInt64 => Arc::new(UInt64Array::from_iter(
+            states.map(|s| (s.n > 0).then_some(s.v as u64)),
+        )),
+        DataType::Float64 => Arc::new(Float64Array::from_iter(
+            states.map(|s| (s.n > 0).then(|| s.float())),
+        )),
+        DataType::Decimal128(p, s) => Arc::new(
+            Decimal128Array::from_iter(states.map(|st| (st.n > 0).then_some(st.v)))
+                .with_precision_and_scale(*p, *s)?,
+        ),
+        other => {
+            return Err(EngineError::Internal(format!(
+                "SUM returning {other} cannot be maintained"
+            )))
+        }
+    })
+}
+
+/// Whether a group's result row stays the same.
+fn same_result(spec: &GroupAggregateSpec, t: &Touched, g: usize) -> bool {
+    let Some(before) = &t.before[g] else {
+        return false;
+    };
+    spec.aggregates.iter().enumerate().all(|(i, agg)| {
+        let (b, a) = (before.aggs[i], t.after[g].aggs[i]);
+        match agg.kind {
+            UpdatingAggKind::Count | UpdatingAggKind::CountDistinct => b.n == a.n,
+            UpdatingAggKind::Sum => (b.n > 0) == (a.n > 0) && (b.n == 0 || b.v == a.v),
+            UpdatingAggKind::Avg => b == a,
+            UpdatingAggKind::Min | UpdatingAggKind::Max => {
+                t.extreme_before[g][i] == t.extreme_after[g][i]
+            }
+        }
+    })
+}
+
+impl Operator for GroupAggregateOperator {
+    fn name(&self) -> &str {
+        "GroupAggregate"
+    }
+
+    fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Output) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let store = self.handle.store()?;
+        let (rel, signs) = self.signs(&batch)?;
+        let mut t = self.touch(&rel, store.as_ref())?;
+        let mut writes = WriteBatch::default();
+        self.accumulate(&rel, &signs, &mut t, store.as_ref(), &mut writes)?;
+        store.write(std::mem::take(&mut writes))?;
+        t.extreme_after = self.extremes(&t.groups, store.as_ref())?;
+
+        // What each group emits: (group, before?) in order, with its change kind.
+        let keys = Keys {
+            handle: &self.handle,
+        };
+        let mut olds: Vec<usize> = Vec::new();
+        let mut news: Vec<usize> = Vec::new();
+        let mut order: Vec<(usize, usize)> = Vec::new();
+        let mut ops: Vec<i8> = Vec::new();
+        for g in 0..t.groups.len() {
+            let existed = t.before[g].is_some();
+            // A group without keys stays once it has had a row (batch SQL's global aggregate
+            // always has its one row).
+            let exists = t.after[g].rows > 0 || (self.keys.is_none() && existed);
+            if exists {
+                writes
+                    .puts
+                    .push((keys.group(&t.groups[g]), t.after[g].encode()));
+            } else if existed || t.after[g].rows != 0 {
+                let k = keys.group(&t.groups[g]);
+                let end = state::just_after(&k);
+                writes.delete_ranges.push((k, end));
+                let (lo, hi) = keys.group_multisets(&t.groups[g]);
+                writes.delete_ranges.push((lo, hi));
+            }
+            match (existed, exists) {
+                (false, true) => {
+                    order.push((1, news.len()));
+                    news.push(g);
+                    ops.push(Op::Insert.code());
+                }
+                (true, false) => {
+                    order.push((0, olds.len()));
+                    olds.push(g);
+                    ops.push(Op::Delete.code());
+                }
+                (true, true) if !same_result(&self.spec, &t, g) => {
+                    order.push((0, olds.len()));
+                    olds.push(g);
+                    ops.push(Op::UpdateBefore.code());
+                    order.push((1, news.len()));
+                    news.push(g);
+                    ops.push(Op::UpdateAfter.code());
+                }
+                _ => {}
+            }
+        }
+        store.write(writes)?;
+        if order.is_empty() {
+            return Ok(());
+        }
+        let old_columns = self.results(&t, &olds, true)?;
+        let new_columns = self.results(&t, &news, false)?;
+        let mut columns = old_columns
+            .iter()
+            .zip(&new_columns)
+            .map(|(o, n)| Ok(interleave(&[o.as_ref(), n.as_ref()], &order)?))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        columns.push(Arc::new(Int8Array::from(ops)));
+        let options = RecordBatchOptions::new().with_row_count(Some(order.len()));
+        out.emit(RecordBatch::try_new_with_options(
+            Arc::clone(&self.output_schema),
+            columns,
+            &options,
+        )?);
+        Ok(())
+    }
+}

@@ -1,0 +1,252 @@
+//! How a [`super::GroupAggregateOperator`] keeps its state in the task's store.
+//!
+//! ```text
+//! g | group row                                  -> rows: i64, then per aggregate n: i64, v: i128
+//! m | len(group row): u32 | group row | agg: u8 | value row -> count: i64
+//! ```
+//!
+//! A group row is the arrow row encoding of the group keys (bytes that compare like the
+//! keys). `rows` counts the group's rows net of retractions: at zero the group leaves the
+//! result. Per aggregate, `n` counts the values it took (non-null, passing its FILTER) net of
+//! retractions, and `v` is its running sum (integers and decimals as i128, floats as the bits
+//! of an f64). MIN, MAX and COUNT(DISTINCT) keep the multiset of their values (`m` entries,
+//! count per value; MAX's rows are encoded descending) so a retracted extreme is replaced by
+//! the next one: the first entry of the group's range is the current MIN or MAX.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::row::{RowConverter, Rows};
+
+use crate::error::{EngineError, Result};
+use crate::runtime::partition_of_rows;
+use crate::state::{StateBackend, StateHandle, WriteBatch};
+
+pub(super) const GROUP_TAG: u8 = b'g';
+pub(super) const MULTISET_TAG: u8 = b'm';
+
+/// One aggregate's running state.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(super) struct AggState {
+    /// Values taken, net of retractions (COUNT(DISTINCT): distinct values).
+    pub n: i64,
+    /// Running sum: an i128, or the bits of an f64.
+    pub v: i128,
+}
+
+impl AggState {
+    pub fn float(&self) -> f64 {
+        f64::from_bits(self.v as u64)
+    }
+
+    pub fn add_float(&mut self, x: f64) {
+        self.v = (self.float() + x).to_bits() as i128;
+    }
+}
+
+/// A group's running state.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(super) struct GroupState {
+    /// Rows of the group, net of retractions.
+    pub rows: i64,
+    pub aggs: Vec<AggState>,
+}
+
+impl GroupState {
+    pub fn new(aggregates: usize) -> Self {
+        Self {
+            rows: 0,
+            aggs: vec![AggState::default(); aggregates],
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + 24 * self.aggs.len());
+        out.extend_from_slice(&self.rows.to_le_bytes());
+        for a in &self.aggs {
+            out.extend_from_slice(&a.n.to_le_bytes());
+            out.extend_from_slice(&a.v.to_le_bytes());
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8], aggregates: usize) -> Result<Self> {
+        if bytes.len() != 8 + 24 * aggregates {
+            return Err(EngineError::State(format!(
+                "group state of {} bytes, expected {} for {aggregates} aggregates",
+                bytes.len(),
+                8 + 24 * aggregates
+            )));
+        }
+        let i64_at = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[at..at + 8]);
+            i64::from_le_bytes(b)
+        };
+        let aggs = (0..aggregates)
+            .map(|i| {
+                let at = 8 + 24 * i;
+                let mut v = [0u8; 16];
+                v.copy_from_slice(&bytes[at + 8..at + 24]);
+                AggState {
+                    n: i64_at(at),
+                    v: i128::from_le_bytes(v),
+                }
+            })
+            .collect();
+        Ok(Self {
+            rows: i64_at(0),
+            aggs,
+        })
+    }
+}
+
+/// Store keys of one operator instance.
+pub(super) struct Keys<'a> {
+    pub handle: &'a StateHandle,
+}
+
+impl Keys<'_> {
+    pub fn group(&self, group: &[u8]) -> Vec<u8> {
+        let mut suffix = Vec::with_capacity(1 + group.len());
+        suffix.push(GROUP_TAG);
+        suffix.extend_from_slice(group);
+        self.handle.key(&suffix)
+    }
+
+    /// The start of the multiset of aggregate `agg` of `group`; its range ends at the same
+    /// key with the last byte one higher.
+    pub fn multiset(&self, group: &[u8], agg: usize) -> Vec<u8> {
+        let mut suffix = Vec::with_capacity(6 + group.len());
+        suffix.push(MULTISET_TAG);
+        suffix.extend_from_slice(&(group.len() as u32).to_be_bytes());
+        suffix.extend_from_slice(group);
+        suffix.push(agg as u8);
+        self.handle.key(&suffix)
+    }
+
+    /// Every multiset entry of `group`: `[start, end)`.
+    pub fn group_multisets(&self, group: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let start = self.multiset(group, 0);
+        let mut end = start.clone();
+        end.pop();
+        end.push(u8::MAX);
+        (start, end)
+    }
+}
+
+/// The next key after every key starting with `prefix` (prefixes here never end in 0xff).
+pub(super) fn range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    if let Some(last) = end.last_mut() {
+        *last = last.wrapping_add(1);
+    }
+    end
+}
+
+/// The end of the range holding exactly `key`: the smallest longer key.
+pub(super) fn just_after(key: &[u8]) -> Vec<u8> {
+    let mut end = Vec::with_capacity(key.len() + 1);
+    end.extend_from_slice(key);
+    end.push(0);
+    end
+}
+
+pub(super) fn count_of(bytes: &[u8]) -> i64 {
+    let mut b = [0u8; 8];
+    if bytes.len() == 8 {
+        b.copy_from_slice(bytes);
+    }
+    i64::from_le_bytes(b)
+}
+
+/// The group row a stored key (without the handle's prefix) belongs to.
+fn group_of(suffix: &[u8]) -> Result<&[u8]> {
+    let bad = || EngineError::State("aggregate state key is malformed".into());
+    match suffix.first() {
+        Some(&GROUP_TAG) => Ok(&suffix[1..]),
+        Some(&MULTISET_TAG) => {
+            let len: [u8; 4] = suffix
+                .get(1..5)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(bad)?;
+            let len = u32::from_be_bytes(len) as usize;
+            suffix.get(5..5 + len).ok_or_else(bad)
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// After a restart at another parallelism: copies the entries of every old instance's store
+/// whose group routes to `instance` (by the keyed exchange's hash of the group keys) into the
+/// working store. Without keys the operator runs as one instance, which takes everything.
+pub(super) fn restore_repartitioned(
+    handle: &StateHandle,
+    old: &[Arc<dyn StateBackend>],
+    converter: Option<&RowConverter>,
+    instance: usize,
+    parallelism: usize,
+) -> Result<()> {
+    const CHUNK: usize = 4096;
+    let store = handle.store()?;
+    let (start, end) = handle.all();
+    let skip = handle.prefix_len();
+    for source in old {
+        let entries = source.scan(&start, &end)?;
+        for chunk in entries.chunks(CHUNK) {
+            let keep: Vec<bool> = match converter {
+                None => vec![instance == 0; chunk.len()],
+                Some(converter) => {
+                    let parser = converter.parser();
+                    let mut rows: Rows = converter.empty_rows(chunk.len(), 64);
+                    for (k, _) in chunk {
+                        rows.push(parser.parse(group_of(&k[skip..])?));
+                    }
+                    let columns: Vec<ArrayRef> = converter.convert_rows(rows.iter())?;
+                    partition_of_rows(&columns, parallelism)?
+                        .into_iter()
+                        .map(|to| to as usize == instance)
+                        .collect()
+                }
+            };
+            let mut batch = WriteBatch::default();
+            for ((k, v), keep) in chunk.iter().zip(keep) {
+                if keep {
+                    batch.puts.push((k.clone(), v.clone()));
+                }
+            }
+            store.write(batch)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_state_round_trips_and_rejects_a_wrong_size() {
+        let mut s = GroupState::new(2);
+        s.rows = 5;
+        s.aggs[0] = AggState { n: 3, v: -7 };
+        s.aggs[1].add_float(2.5);
+        let back = GroupState::decode(&s.encode(), 2).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.aggs[1].float(), 2.5);
+        assert!(GroupState::decode(&s.encode(), 3).is_err());
+    }
+
+    #[test]
+    fn stored_keys_name_their_group() {
+        let handle = StateHandle::in_memory();
+        let keys = Keys { handle: &handle };
+        let skip = handle.prefix_len();
+        assert_eq!(group_of(&keys.group(b"abc")[skip..]).unwrap(), b"abc");
+        let mut m = keys.multiset(b"abc", 2);
+        m.extend_from_slice(b"value");
+        assert_eq!(group_of(&m[skip..]).unwrap(), b"abc");
+        let (lo, hi) = keys.group_multisets(b"abc");
+        assert!(lo <= m && m < hi);
+    }
+}

@@ -1,0 +1,371 @@
+//! Updating queries (DESIGN.md §8): a GROUP BY without a window emits a changelog (`op`
+//! first: `+I`, `-U`, `+U`, `-D`). The oracle is batch: once bounded input ends, the changelog
+//! applied in order must equal DataFusion batch SQL over the same rows, at any parallelism and
+//! batch size (which change the changelog, never its end state). Also: the refusals of
+//! append-only consumers, a changelog file sink and a materialized view holding the current
+//! result.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::prelude::{CsvReadOptions, SessionContext};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use common::{execute, session, text_rows, Collected};
+use weir_planner::{Session, SessionConfig};
+
+/// Random rows `id, k, v`: a few dozen keys, NULLs and repeated values.
+fn write_rows(dir: &std::path::Path, seed: u64, n: usize) -> String {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let keys = rng.gen_range(1..40);
+    let mut text = String::from("id,k,v\n");
+    for id in 0..n {
+        let v = if rng.gen::<f64>() < 0.07 {
+            String::new()
+        } else {
+            rng.gen_range(-50..500).to_string()
+        };
+        writeln!(text, "{id},k{},{v}", rng.gen_range(0..keys)).unwrap();
+    }
+    let path = dir.join(format!("rows-{seed}.csv"));
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// The queries, each run by weir (streaming) and by DataFusion (batch) as written.
+const QUERIES: &[&str] = &[
+    "SELECT k, count(*), count(v), sum(v), min(v), max(v), avg(v), count(DISTINCT v) FROM t GROUP BY k",
+    "SELECT k, count(*) AS n, sum(v) FILTER (WHERE v > 100) AS big FROM t WHERE v IS NOT NULL OR id % 3 = 0 GROUP BY k HAVING count(*) > 3",
+    // The outer aggregate reads an updating stream: each change of n retracts a row.
+    "SELECT n % 5 AS b, count(*), sum(n), min(n), max(n), count(DISTINCT k) FROM (SELECT k, count(*) AS n FROM t GROUP BY k) GROUP BY n % 5",
+    "SELECT count(*), sum(v), max(v), min(k) FROM t",
+    "SELECT v % 10 AS d, max(k), min(id) FROM t WHERE v IS NOT NULL GROUP BY v % 10",
+];
+
+fn batch_reference(path: &str, sql: &str) -> Vec<Vec<String>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+        ]);
+        ctx.register_csv(
+            "t",
+            path,
+            CsvReadOptions::new().schema(&schema).has_header(true),
+        )
+        .await
+        .unwrap();
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let mut rows = text_rows(&batches);
+        rows.sort();
+        rows
+    })
+}
+
+/// Applies changelog rows (`op` first) in order to a multiset of result rows; a retraction
+/// must remove a row that is there. Returns the rows left, sorted.
+fn apply_changelog(rows: &[Vec<String>]) -> Vec<Vec<String>> {
+    let mut table: BTreeMap<Vec<String>, i64> = BTreeMap::new();
+    for row in rows {
+        let (op, values) = row.split_first().expect("an op column");
+        let n = table.entry(values.to_vec()).or_default();
+        match op.as_str() {
+            "+I" | "+U" => *n += 1,
+            "-U" | "-D" => {
+                assert!(*n > 0, "{op} of {values:?}, which is not in the result");
+                *n -= 1;
+            }
+            other => panic!("unknown change kind {other}"),
+        }
+    }
+    let mut out = Vec::new();
+    for (row, n) in table {
+        out.extend(std::iter::repeat_n(row, n as usize));
+    }
+    out
+}
+
+fn create_table(s: &mut Session, path: &str, batch_size: usize) {
+    let ddl = format!(
+        "CREATE TABLE t (id BIGINT, k VARCHAR, v BIGINT)
+         WITH (connector = 'file', path = '{path}', header = 'true', batch_size = '{batch_size}')"
+    );
+    assert!(matches!(execute(s, &ddl).unwrap(), Collected::Command));
+}
+
+/// Runs `sql` in streaming mode; returns the changelog rows in arrival order.
+fn changelog(path: &str, batch_size: usize, parallelism: usize, sql: &str) -> Vec<Vec<String>> {
+    let mut s = session(parallelism);
+    create_table(&mut s, path, batch_size);
+    execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
+    let Collected::Rows(types, batches) = execute(&mut s, sql).unwrap() else {
+        panic!("{sql}: no rows")
+    };
+    assert_eq!(types[0], DataType::Utf8, "{sql}: the op column comes first");
+    text_rows(&batches)
+}
+
+#[test]
+fn applied_changelogs_equal_batch_sql_at_any_parallelism_and_batch_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut retractions = 0;
+    for seed in 0..4u64 {
+        let mut rng = StdRng::seed_from_u64(seed + 100);
+        let path = write_rows(dir.path(), seed, rng.gen_range(200..3000));
+        for sql in QUERIES {
+            let want = batch_reference(&path, sql);
+            for (parallelism, batch_size) in [(1, 1), (1, 64), (2, 7), (3, 200), (3, 8192)] {
+                let log = changelog(&path, batch_size, parallelism, sql);
+                retractions += log.iter().filter(|r| r[0] == "-U" || r[0] == "-D").count();
+                assert_eq!(
+                    apply_changelog(&log),
+                    want,
+                    "seed {seed}, parallelism {parallelism}, batch_size {batch_size}: {sql}"
+                );
+            }
+        }
+    }
+    assert!(
+        retractions > 1000,
+        "the inputs made results change ({retractions} retractions)"
+    );
+}
+
+#[test]
+fn bounded_input_in_auto_mode_gives_the_final_result_without_an_op_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_rows(dir.path(), 9, 500);
+    let mut s = session(2);
+    create_table(&mut s, &path, 16);
+    let sql = QUERIES[0];
+    let Collected::Rows(types, batches) = execute(&mut s, sql).unwrap() else {
+        panic!("no rows")
+    };
+    assert_eq!(types[0], DataType::Utf8, "k");
+    let mut rows = text_rows(&batches);
+    rows.sort();
+    assert_eq!(rows, batch_reference(&path, sql));
+    assert!(rows.iter().all(|r| r[0].starts_with('k')), "no op column");
+}
+
+#[test]
+fn append_only_consumers_refuse_an_updating_query_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_rows(dir.path(), 3, 50);
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism: 2,
+        data_dir: Some(dir.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    create_table(&mut s, &path, 8);
+    execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
+    let agg = "SELECT k, count(*) AS n FROM t GROUP BY k";
+    let out = dir.path().join("out");
+    let cases = [
+        (
+            format!(
+                "CREATE SINK plain WITH (connector = 'file', path = '{}') AS {agg}",
+                out.display()
+            ),
+            "needs changelog = 'op'",
+        ),
+        (
+            format!("CREATE MATERIALIZED VIEW mv WITH (delivery = 'at_least_once') AS {agg}"),
+            "would apply replayed changes again",
+        ),
+        (
+            format!("SELECT * FROM ({agg}) ORDER BY n"),
+            "ORDER BY over an updating stream",
+        ),
+        (
+            format!("SELECT a.k FROM ({agg}) a JOIN t ON a.k = t.k"),
+            "JOIN over an updating stream",
+        ),
+        (
+            "SET runtime_mode = 'sometimes'".to_string(),
+            "runtime_mode must be 'auto' or 'streaming'",
+        ),
+    ];
+    for (sql, message) in cases {
+        let err = match execute(&mut s, &sql) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{sql}: accepted"),
+        };
+        assert!(err.contains(message), "{sql}: {err}");
+    }
+}
+
+#[test]
+fn a_changelog_file_sink_commits_a_changelog_that_applies_to_the_batch_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_rows(dir.path(), 21, 2000);
+    let out = dir.path().join("out");
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism: 2,
+        data_dir: Some(dir.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    create_table(&mut s, &path, 50);
+    execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
+    execute(&mut s, "SET checkpoint_interval = '50ms'").unwrap();
+    let sql = QUERIES[1];
+    execute(
+        &mut s,
+        &format!(
+            "CREATE SINK log WITH (connector = 'file', path = '{}', format = 'csv', changelog = 'op') AS {sql}",
+            out.display()
+        ),
+    )
+    .unwrap();
+    for (name, state, error) in common::wait_jobs(&mut s) {
+        assert_eq!(error, None, "job {name} ({state:?})");
+    }
+    let rows = changelog_parts(&out);
+    assert!(
+        rows.iter().any(|r| r[0] == "-U"),
+        "the changelog updates rows"
+    );
+    assert_eq!(apply_changelog(&rows), batch_reference(&path, sql));
+}
+
+#[test]
+fn a_materialized_view_of_an_updating_query_holds_the_batch_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_rows(dir.path(), 33, 3000);
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism: 3,
+        data_dir: Some(dir.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    create_table(&mut s, &path, 40);
+    execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
+    execute(&mut s, "SET checkpoint_interval = '20ms'").unwrap();
+    for (i, sql) in QUERIES.iter().enumerate() {
+        execute(&mut s, &format!("CREATE MATERIALIZED VIEW mv{i} AS {sql}")).unwrap();
+    }
+    for (name, state, error) in common::wait_jobs(&mut s) {
+        assert_eq!(error, None, "job {name} ({state:?})");
+    }
+    for (i, sql) in QUERIES.iter().enumerate() {
+        assert_eq!(
+            common::query_sorted(&mut s, &format!("SELECT * FROM mv{i}")),
+            batch_reference(&path, sql),
+            "{sql}"
+        );
+    }
+}
+
+/// The committed rows of a changelog file sink, in commit order: by epoch, then instance
+/// (within an epoch each key's changes come from one instance; across a rescale its instance
+/// changes, so ordering by instance first would reorder them). The values (op, k1, whole
+/// numbers, empty for NULL) need no CSV quoting.
+fn changelog_parts(dir: &std::path::Path) -> Vec<Vec<String>> {
+    let mut parts: Vec<((u64, usize), std::path::PathBuf)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .map(|p| {
+            // part-<job>-<run>-<instance>-<epoch>.csv
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let (stem, _) = name.rsplit_once('.').unwrap();
+            let mut fields = stem.rsplitn(3, '-');
+            let epoch = fields.next().unwrap().parse().unwrap();
+            let instance = fields.next().unwrap().parse().unwrap();
+            ((epoch, instance), p)
+        })
+        .collect();
+    parts.sort();
+    parts
+        .iter()
+        .flat_map(|(_, part)| csv_rows(&std::fs::read_to_string(part).unwrap(), false))
+        .collect()
+}
+
+/// CSV lines (after a header line, with `header`) as text rows, NULL for empty fields.
+fn csv_rows(text: &str, header: bool) -> Vec<Vec<String>> {
+    text.lines()
+        .skip(usize::from(header))
+        .map(|l| {
+            l.split(',')
+                .map(|f| {
+                    if f.is_empty() {
+                        "NULL".into()
+                    } else {
+                        f.to_string()
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn an_updating_view_and_changelog_sink_survive_kills_and_rescaling() {
+    use common::process::{kill_and_resume, weir_binary};
+    let work = tempfile::tempdir().unwrap();
+    let path = write_rows(work.path(), 77, 20_000);
+    let sql = QUERIES[1];
+    let out = work.path().join("out");
+    let script = format!(
+        "CREATE TABLE t (id BIGINT, k VARCHAR, v BIGINT)
+         WITH (connector = 'file', path = '{path}', header = 'true', batch_size = '100', rate = '20000');
+         SET runtime_mode = 'streaming';
+         SET checkpoint_interval = '50ms';
+         CREATE MATERIALIZED VIEW mv AS {sql};
+         CREATE SINK log WITH (connector = 'file', path = '{}', changelog = 'op') AS {sql};",
+        out.display()
+    );
+    let script_path = work.path().join("job.sql");
+    std::fs::write(&script_path, script).unwrap();
+    let data = work.path().join("data");
+    let mut rng = StdRng::seed_from_u64(5);
+    let killed = kill_and_resume(
+        &script_path,
+        &data,
+        "log",
+        work.path(),
+        &mut rng,
+        (150, 500),
+        &[3, 1, 2],
+        (150, 500),
+        None,
+    );
+    assert!(killed >= 2, "{killed} kills hit a running job");
+    let want = batch_reference(&path, sql);
+    // The view, read by a new process.
+    let read = work.path().join("read.sql");
+    std::fs::write(&read, "SELECT * FROM mv;").unwrap();
+    let got = std::process::Command::new(weir_binary())
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["-f", read.to_str().unwrap(), "--format", "csv"])
+        .output()
+        .unwrap();
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let mut rows = csv_rows(&String::from_utf8_lossy(&got.stdout), true);
+    rows.sort();
+    assert_eq!(rows, want, "the view after {killed} kills");
+    // The changelog file, applied in commit order (each key's changes come from one
+    // instance, in epoch order).
+    assert_eq!(
+        apply_changelog(&changelog_parts(&out)),
+        want,
+        "the changelog after {killed} kills"
+    );
+}
