@@ -615,6 +615,31 @@ fn an_updating_query_is_applied_by_its_primary_key_once_and_at_least_once() {
         })
         .count();
     assert!(leaves > 10, "only {leaves} keys left the result");
+    // The changelog itself, applied by key, ends in the batch result.
+    let mut by_key: std::collections::BTreeMap<String, String> = Default::default();
+    for r in &log {
+        let row = r[1..]
+            .iter()
+            .map(|v| {
+                if v == "NULL" {
+                    String::new()
+                } else {
+                    v.clone()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("|");
+        if r[0] == "+I" || r[0] == "+U" {
+            by_key.insert(r[1].clone(), row);
+        } else {
+            assert_eq!(by_key.remove(&r[1]), Some(row), "{r:?}");
+        }
+    }
+    assert_eq!(
+        by_key.into_values().collect::<Vec<_>>(),
+        expected,
+        "the changelog"
+    );
 
     let mut s = durable_session(work.path(), 2);
     execute(&mut s, &changing_ddl(&path, 20, Some(10_000))).unwrap();

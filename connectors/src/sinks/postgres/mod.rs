@@ -23,7 +23,9 @@
 //!
 //! An updating query (DESIGN.md §8) needs `primary_key` (its group keys): the sink applies
 //! its changes by key. Per flush each key's last change wins: an add (`+I`, `+U`) upserts the
-//! row as above, a retraction (`-U`, `-D`) deletes the key (prepared
+//! row as above, a retraction (`-U`, `-D`) upserts the retracted row, then deletes the key (the
+//! upsert waits for an uncommitted earlier epoch that inserted it, which a DELETE alone would
+//! not see; prepared
 //! `DELETE FROM t WHERE (k1, ...) IN (($1, ...), ...)` with the same parameters). Deletes and
 //! upserts go into the epoch's transaction (exactly-once) or run in autocommit
 //! (at-least-once: a replay applies the same changes by key again, which is idempotent).

@@ -244,8 +244,8 @@ impl Target {
     }
 
     /// Upserts the last row of each key of `rows`; with `adds` (an updating query's rows:
-    /// whether each enters the result), a key whose last change is a retraction is deleted
-    /// instead. Both in the open transaction (exactly-once) or in autocommit statements
+    /// whether each enters the result), a key whose last change is a retraction is then
+    /// deleted. Both in the open transaction (exactly-once) or in autocommit statements
     /// (at-least-once: upserting and deleting by key is idempotent).
     fn upsert(
         &mut self,
@@ -260,14 +260,18 @@ impl Target {
         for r in 0..rows.rows() {
             last.insert(self.keys.iter().map(|k| rows.cell(r, *k)).collect(), r);
         }
-        let (mut keep, mut gone): (Vec<usize>, Vec<usize>) = last
-            .into_values()
-            .partition(|r| adds.get(*r).copied().unwrap_or(true));
+        let mut keep: Vec<usize> = last.into_values().collect();
         keep.sort_unstable();
-        gone.sort_unstable();
-        if !gone.is_empty() {
-            self.delete(spec, client, rows, &gone)?;
-        }
+        let gone: Vec<usize> = keep
+            .iter()
+            .copied()
+            .filter(|r| !adds.get(*r).copied().unwrap_or(true))
+            .collect();
+        // A key to delete is upserted first (with its retracted row): a DELETE does not see,
+        // and so does not wait for, a row another transaction inserted and has not committed
+        // yet (the previous epoch's, prepared until its checkpoint completes), and would
+        // leave it behind; an upsert waits for that transaction and locks the row, so the
+        // DELETE after it removes it.
         let full = self.rows_per_upsert();
         for chunk in keep.chunks(full) {
             let statement = match &self.upsert {
@@ -291,6 +295,9 @@ impl Target {
             client
                 .execute(&statement, &refs)
                 .map_err(|e| pg_error(sink, "cannot upsert rows", e))?;
+        }
+        if !gone.is_empty() {
+            self.delete(spec, client, rows, &gone)?;
         }
         Ok(())
     }
