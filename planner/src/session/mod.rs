@@ -367,11 +367,19 @@ impl Session {
                     if !reads_tables(&plan) {
                         return Ok(Some(schema));
                     }
+                    // Whether the result is updating (an `op` column first) takes the stream
+                    // planner. A statement whose placeholders are not bound yet may not plan:
+                    // it is described as append-only here, and its portal again once bound.
                     let catalog = self.catalog();
-                    let planned = self.stream_planner(&catalog).plan_query(&plan)?;
-                    Ok(Some(match planned.updating() {
-                        Some(_) => weir_engine::changelog::text_schema(&schema),
-                        None => schema,
+                    let updating = self
+                        .stream_planner(&catalog)
+                        .plan_query(&plan)
+                        .map(|p| p.updating().is_some());
+                    Ok(Some(match updating {
+                        Ok(true) => weir_engine::changelog::text_schema(&schema),
+                        Ok(false) => schema,
+                        Err(_) if plan.get_parameter_types().is_ok_and(|t| !t.is_empty()) => schema,
+                        Err(e) => return Err(e),
                     }))
                 }
                 // DESCRIBE lists columns and has no side effects: run it for its columns.
