@@ -13,7 +13,6 @@ use std::fmt::Write as _;
 
 use chrono::DateTime;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use datafusion::prelude::{CsvReadOptions, SessionContext};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -214,32 +213,14 @@ fn batch_reference_with(tables: &[(&str, &str)], sql: &str) -> Vec<Vec<String>> 
 
 /// DataFusion batch SQL over CSV folders of the random rows' columns plus `last`.
 fn batch_sql(tables: &[(&str, &str)], last: Field, sql: &str) -> Vec<Vec<String>> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let ctx = SessionContext::new();
-        let schema = Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("k", DataType::Utf8, false),
-            Field::new("v", DataType::Int64, true),
-            Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
-            last,
-        ]);
-        for (name, path) in tables {
-            ctx.register_csv(
-                *name,
-                *path,
-                CsvReadOptions::new().schema(&schema).has_header(true),
-            )
-            .await
-            .unwrap();
-        }
-        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-        let mut rows = text_rows(&batches);
-        rows.sort();
-        rows
-    })
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("k", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
+        last,
+    ]);
+    common::batch_csv_sql(tables, &schema, sql)
 }
 
 /// Runs the weir query over table `t`; returns sorted rows and the late rows (`id`, the

@@ -15,7 +15,6 @@ use common::process::{finish, kill_at_random, spawn, wait_for_file};
 use common::reference::{reference_rows, write_input};
 use common::{execute, text_rows, wait_jobs, Collected};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::prelude::{CsvReadOptions, SessionContext};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use weir_planner::{Session, SessionConfig};
@@ -549,36 +548,20 @@ fn changing_ddl(path: &str, batch_size: usize, rate: Option<u32>) -> String {
 /// `sql` by DataFusion batch SQL over the CSV file, rows as psql prints them (`|` between
 /// values, NULL empty), sorted.
 fn batch_reference(path: &str, sql: &str) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let ctx = SessionContext::new();
-        let schema = Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("k", DataType::Utf8, false),
-            Field::new("v", DataType::Int64, true),
-        ]);
-        ctx.register_csv(
-            "t",
-            path,
-            CsvReadOptions::new().schema(&schema).has_header(true),
-        )
-        .await
-        .unwrap();
-        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-        let mut rows: Vec<String> = text_rows(&batches)
-            .into_iter()
-            .map(|r| {
-                r.into_iter()
-                    .map(|v| if v == "NULL" { String::new() } else { v })
-                    .collect::<Vec<_>>()
-                    .join("|")
-            })
-            .collect();
-        rows.sort();
-        rows
-    })
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("k", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, true),
+    ]);
+    common::batch_csv_sql(&[("t", path)], &schema, sql)
+        .into_iter()
+        .map(|r| {
+            r.into_iter()
+                .map(|v| if v == "NULL" { String::new() } else { v })
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect()
 }
 
 fn changing_rows(pg: &PgServer, table: &str) -> Vec<String> {

@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::prelude::{CsvReadOptions, SessionContext};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -46,29 +45,14 @@ const QUERIES: &[&str] = &[
     "SELECT v % 10 AS d, max(k), min(id) FROM t WHERE v IS NOT NULL GROUP BY v % 10",
 ];
 
+/// DataFusion batch SQL over the rows' CSV file, as text rows, sorted.
 fn batch_reference(path: &str, sql: &str) -> Vec<Vec<String>> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let ctx = SessionContext::new();
-        let schema = Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("k", DataType::Utf8, false),
-            Field::new("v", DataType::Int64, true),
-        ]);
-        ctx.register_csv(
-            "t",
-            path,
-            CsvReadOptions::new().schema(&schema).has_header(true),
-        )
-        .await
-        .unwrap();
-        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-        let mut rows = text_rows(&batches);
-        rows.sort();
-        rows
-    })
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("k", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, true),
+    ]);
+    common::batch_csv_sql(&[("t", path)], &schema, sql)
 }
 
 /// Applies changelog rows (`op` first) in order to a multiset of result rows; a retraction

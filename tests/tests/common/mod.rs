@@ -82,6 +82,35 @@ pub fn text_rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// DataFusion batch SQL over CSV files with a header (`(table, path)`, each of `schema`):
+/// the rows as text, sorted. The oracle of the differential tests.
+pub fn batch_csv_sql(
+    tables: &[(&str, &str)],
+    schema: &datafusion::arrow::datatypes::Schema,
+    sql: &str,
+) -> Vec<Vec<String>> {
+    use datafusion::prelude::{CsvReadOptions, SessionContext};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        for (name, path) in tables {
+            ctx.register_csv(
+                *name,
+                *path,
+                CsvReadOptions::new().schema(schema).has_header(true),
+            )
+            .await
+            .unwrap();
+        }
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let mut rows = text_rows(&batches);
+        rows.sort();
+        rows
+    })
+}
+
 /// Runs a query and returns its rows as text, sorted.
 pub fn query_sorted(session: &mut Session, sql: &str) -> Vec<Vec<String>> {
     match execute(session, sql).unwrap_or_else(|e| panic!("{sql}: {e}")) {
