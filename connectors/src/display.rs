@@ -4,7 +4,8 @@
 //! formats it. CSV is weir's own ([`csv_lines`]): fields quoted when they hold the delimiter,
 //! a quote or a line break, or are empty; NULL an empty field without quotes. JSON lines
 //! are weir's own ([`json_lines`]): keys in column order, numbers, booleans and decimals
-//! unquoted, NULL null.
+//! unquoted, NULL null. Changes of an updating result can also be Debezium-style events
+//! ([`debezium_events`]).
 
 use std::sync::Arc;
 
@@ -252,6 +253,58 @@ pub fn json_records(batch: &RecordBatch) -> Result<Vec<Vec<u8>>, ArrowError> {
         .collect())
 }
 
+/// One Debezium-style change event (`format = 'debezium-json'`): its JSON, and the row
+/// (of the batch) whose values key it (the row after the change, the row before for a
+/// delete).
+pub struct ChangeEvent {
+    pub json: Vec<u8>,
+    pub key_row: usize,
+}
+
+/// The changes of an updating stream's batch (`relation` and each row's kind) as
+/// Debezium-style events `{"before":...,"after":...,"op":"c"|"u"|"d"}`: `+I` is a create,
+/// `-D` a delete, a `-U` directly followed by its `+U` one update (before and after); a lone
+/// `-U` is a delete and a lone `+U` a create. An append-only batch is all creates.
+pub fn debezium_events(
+    relation: &RecordBatch,
+    adds: &[bool],
+    pairs_with_next: &[bool],
+) -> Result<Vec<ChangeEvent>, ArrowError> {
+    let rows = json_records(relation)?;
+    let mut out = Vec::with_capacity(rows.len());
+    let event = |before: Option<&[u8]>, after: Option<&[u8]>, op: &str| {
+        let mut json =
+            Vec::with_capacity(32 + before.map_or(4, <[u8]>::len) + after.map_or(4, <[u8]>::len));
+        json.extend_from_slice(b"{\"before\":");
+        json.extend_from_slice(before.unwrap_or(b"null"));
+        json.extend_from_slice(b",\"after\":");
+        json.extend_from_slice(after.unwrap_or(b"null"));
+        json.extend_from_slice(format!(",\"op\":\"{op}\"}}").as_bytes());
+        json
+    };
+    let mut i = 0;
+    while i < rows.len() {
+        if !adds[i] && pairs_with_next[i] && i + 1 < rows.len() && adds[i + 1] {
+            out.push(ChangeEvent {
+                json: event(Some(&rows[i]), Some(&rows[i + 1]), "u"),
+                key_row: i + 1,
+            });
+            i += 2;
+            continue;
+        }
+        out.push(ChangeEvent {
+            json: if adds[i] {
+                event(None, Some(&rows[i]), "c")
+            } else {
+                event(Some(&rows[i]), None, "d")
+            },
+            key_row: i,
+        });
+        i += 1;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,5 +418,46 @@ mod tests {
             format_timestamp(1_000_000_001),
             "1970-01-01 00:00:01.000000001"
         );
+    }
+
+    #[test]
+    fn changes_become_debezium_events_with_updates_paired() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("n", DataType::Int64, true),
+        ]));
+        let rel = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from(vec!["a", "a", "a", "b", "c"])),
+                Arc::new(Int64Array::from(vec![
+                    Some(1),
+                    Some(1),
+                    Some(2),
+                    None,
+                    Some(3),
+                ])),
+            ],
+        )
+        .unwrap();
+        // +I a1, -U a1, +U a2, -D b, lone +U c.
+        let adds = [true, false, true, false, true];
+        let pairs = [false, true, false, false, false];
+        let events = debezium_events(&rel, &adds, &pairs).unwrap();
+        let text: Vec<String> = events
+            .iter()
+            .map(|e| String::from_utf8(e.json.clone()).unwrap())
+            .collect();
+        assert_eq!(
+            text,
+            [
+                r#"{"before":null,"after":{"k":"a","n":1},"op":"c"}"#,
+                r#"{"before":{"k":"a","n":1},"after":{"k":"a","n":2},"op":"u"}"#,
+                r#"{"before":{"k":"b","n":null},"after":null,"op":"d"}"#,
+                r#"{"before":null,"after":{"k":"c","n":3},"op":"c"}"#,
+            ]
+        );
+        let keys: Vec<usize> = events.iter().map(|e| e.key_row).collect();
+        assert_eq!(keys, [0, 2, 3, 4]);
     }
 }

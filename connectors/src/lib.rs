@@ -53,13 +53,6 @@ pub fn create_sink(
             exactly_once,
             ctx.updating.as_deref(),
         )?)),
-        "kafka" if ctx.updating.is_some() => Err(ConnectorError::AppendOnly {
-            sink: sink.to_string(),
-            why: ctx.updating.clone().unwrap_or_default(),
-            fix: "which the kafka sink cannot apply yet; write it to a materialized view, a \
-                  PostgreSQL sink with primary_key or a file sink with changelog = 'op'"
-                .into(),
-        }),
         "postgres" => Ok(Arc::new(sinks::PostgresSinkFactory::from_options(
             sink,
             job,

@@ -143,6 +143,20 @@ pub fn relation(batch: &RecordBatch) -> Result<RecordBatch> {
     Ok(batch.project(&(0..n - 1).collect::<Vec<_>>())?)
 }
 
+/// A batch's relation and each row's change as +1 (it enters the result) or -1 (it leaves):
+/// an append-only batch (`updating` false) is all +1.
+pub fn signed(batch: &RecordBatch, updating: bool) -> Result<(RecordBatch, Vec<i64>)> {
+    if !updating {
+        return Ok((batch.clone(), vec![1; batch.num_rows()]));
+    }
+    let signs = ops(batch)?
+        .values()
+        .iter()
+        .map(|&c| Ok(if Op::from_code(c)?.is_add() { 1 } else { -1 }))
+        .collect::<Result<Vec<i64>>>()?;
+    Ok((relation(batch)?, signs))
+}
+
 /// An append-only batch as an updating one: every row an insert.
 pub fn as_inserts(batch: &RecordBatch) -> Result<RecordBatch> {
     let schema = with_op_field(batch.schema_ref());

@@ -40,6 +40,7 @@ mod interval;
 mod interval_join;
 mod join;
 mod source;
+mod stream_join;
 mod top_n;
 mod union;
 
@@ -60,11 +61,15 @@ struct Stream {
     unordered: bool,
     /// An updating stream (DESIGN.md §8): rows change as input arrives, and batches end in
     /// the change-kind column ([`weir_engine::changelog`]). Append-only streams pay nothing.
-    updating: bool,
+    updating: Option<&'static str>,
+    /// For an updating stream, columns whose values identify a row of the result (each key
+    /// has at most one row at a time), when the planner knows them: GROUP BY keys, Top-N
+    /// partition keys and row number. Consumers may then apply changes by key (upserts).
+    unique_key: Option<Vec<usize>>,
 }
 
-/// Why a planned query's result is updating, for error messages.
-const UPDATING_WHY: &str = "a GROUP BY without a window over an unbounded or updating input";
+/// Why a GROUP BY's result is updating, for error messages.
+const UPDATING_AGGREGATE: &str = "a GROUP BY without a window over an unbounded or updating input";
 
 /// Builds job graphs.
 pub struct StreamPlanner<'a> {
@@ -88,10 +93,25 @@ pub struct StreamPlanner<'a> {
     /// Late rows wait for the checkpoint that covers them (exactly-once jobs); otherwise
     /// they are visible at once.
     late_staged: bool,
-    /// `runtime_mode = 'streaming'`: a GROUP BY without a window maintains its result as rows
-    /// arrive even over bounded input (an updating stream), instead of computing it once at
-    /// the end of input.
-    streaming: bool,
+    /// Settings that change what the query computes.
+    modes: QueryModes,
+}
+
+/// Settings that change what a query computes (SET, or a sink's WITH); each job records the
+/// ones it was planned with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueryModes {
+    /// `runtime_mode = 'streaming'`: a GROUP BY, join or Top-N without windows maintains its
+    /// result as rows arrive even over bounded input (an updating stream), instead of
+    /// computing it once at the end of input.
+    pub streaming: bool,
+    /// `window_emit = 'on_update'`: a window aggregate emits its partial results as rows
+    /// arrive (an updating stream), each replaced as its window fills, instead of one final
+    /// row per window when the watermark closes it.
+    pub early_fire: bool,
+    /// `state_ttl`: operators whose state grows with their keys drop a key's state when it is
+    /// not touched for this long (processing time). Changes results.
+    pub state_ttl: Option<std::time::Duration>,
 }
 
 /// A query planned up to its result stream, before its sink is attached: whether the result
@@ -105,7 +125,13 @@ impl PlannedQuery<'_> {
     /// Why the result is updating (its rows change as input arrives), `None` when it is
     /// append-only.
     pub fn updating(&self) -> Option<String> {
-        self.stream.updating.then(|| UPDATING_WHY.to_string())
+        self.stream.updating.map(str::to_string)
+    }
+
+    /// For an updating result, the columns that identify its rows, when known (a consumer
+    /// may then apply changes as upserts by them).
+    pub fn unique_key(&self) -> Option<Vec<usize>> {
+        self.stream.updating.and(self.stream.unique_key.clone())
     }
 
     /// The job with `sink` consuming the results in a single instance (for an append-only
@@ -162,13 +188,13 @@ impl<'a> StreamPlanner<'a> {
             read: HashMap::new(),
             late: Default::default(),
             late_staged: false,
-            streaming: false,
+            modes: QueryModes::default(),
         }
     }
 
-    /// `runtime_mode = 'streaming'` (see `streaming`).
-    pub fn with_streaming(mut self, streaming: bool) -> Self {
-        self.streaming = streaming;
+    /// The settings that change what the query computes.
+    pub fn with_modes(mut self, modes: QueryModes) -> Self {
+        self.modes = modes;
         self
     }
 
@@ -233,9 +259,9 @@ impl<'a> StreamPlanner<'a> {
 
     /// Refuses an updating stream where only an append-only one can go (`what`).
     fn append_only(&self, stream: &Stream, what: &str) -> Result<()> {
-        if stream.updating {
+        if let Some(why) = stream.updating {
             return Err(not_supported!(
-                "{what} over an updating stream ({UPDATING_WHY}, whose rows change as input arrives); window the GROUP BY (TUMBLE, HOP, CUMULATE, SESSION) to make its result final when the window closes"
+                "{what} over an updating stream ({why}, whose rows change as input arrives); window the GROUP BY (TUMBLE, HOP, CUMULATE, SESSION) or join on windows or time bounds to make results final"
             ));
         }
         Ok(())
@@ -320,7 +346,7 @@ impl<'a> StreamPlanner<'a> {
     fn ordered(&mut self, stream: Stream) -> Stream {
         // An updating stream keeps each key's changes in the order they were made (rows of
         // one key come from one instance, so a merge keeps them in order).
-        if stream.unordered && !stream.updating {
+        if stream.unordered && stream.updating.is_none() {
             let column = |edge: WindowEdge| {
                 stream.windows.iter().enumerate().find_map(|(i, w)| {
                     w.filter(|b| b.edge == edge)
@@ -431,19 +457,26 @@ impl<'a> StreamPlanner<'a> {
         let calc = CalcOperator::new(
             None,
             Some(exprs),
-            batch_schema(&p.schema, input.updating),
+            batch_schema(&p.schema, input.updating.is_some()),
             format!("Project: {}", exprs_text(&p.expr)),
         );
-        let calc = if input.updating {
+        let calc = if input.updating.is_some() {
             calc.carrying_op()
         } else {
             calc
         };
         self.push(&input, Arc::new(calc));
+        // A unique key survives a projection that keeps each of its columns as is.
+        let unique_key = input.unique_key.as_ref().and_then(|key| {
+            key.iter()
+                .map(|k| sources.iter().position(|s| *s == Some(*k)))
+                .collect::<Option<Vec<usize>>>()
+        });
         Ok(Stream {
             schema: p.schema.clone(),
             windows,
             rowtime,
+            unique_key,
             ..input
         })
     }

@@ -54,11 +54,21 @@ fn table(fields: Vec<Field>, columns: Vec<ArrayRef>) -> Result<Arc<MemTable>> {
     Ok(Arc::new(MemTable::try_new(schema, vec![parts])?))
 }
 
-/// A DataFusion context with tables `bid (auction, bidder, price, date_time, extra)`,
-/// `person (id, name, date_time)` and `auction (seller, date_time)` over the first `events`
-/// events.
+/// A DataFusion context with tables `bid`, `person` and `auction` over the first `events`
+/// events, with every column of the Nexmark schema (the names of weir's source).
 pub fn context(events: u64) -> Result<SessionContext> {
     let ctx = SessionContext::new();
+    let int = |n: &str| Field::new(n, DataType::Int64, false);
+    let text = |n: &str| Field::new(n, DataType::Utf8, false);
+    let time = |n: &str| Field::new(n, ts(), false);
+    let ints = |v: Vec<i64>| -> ArrayRef { Arc::new(Int64Array::from_iter_values(v)) };
+    let texts = |v: Vec<&String>| -> ArrayRef { Arc::new(StringArray::from_iter_values(v)) };
+    let times = |v: Vec<u64>| -> ArrayRef {
+        Arc::new(TimestampNanosecondArray::from_iter_values(
+            v.into_iter().map(nanos),
+        ))
+    };
+
     let bids: Vec<_> = generate(EventType::Bid, events)
         .into_iter()
         .filter_map(|e| match e {
@@ -68,26 +78,22 @@ pub fn context(events: u64) -> Result<SessionContext> {
         .collect();
     let bid = table(
         vec![
-            Field::new("auction", DataType::Int64, false),
-            Field::new("bidder", DataType::Int64, false),
-            Field::new("price", DataType::Int64, false),
-            Field::new("date_time", ts(), false),
-            Field::new("extra", DataType::Utf8, false),
+            int("auction"),
+            int("bidder"),
+            int("price"),
+            text("channel"),
+            text("url"),
+            time("date_time"),
+            text("extra"),
         ],
         vec![
-            Arc::new(Int64Array::from_iter_values(
-                bids.iter().map(|b| b.auction as i64),
-            )),
-            Arc::new(Int64Array::from_iter_values(
-                bids.iter().map(|b| b.bidder as i64),
-            )),
-            Arc::new(Int64Array::from_iter_values(
-                bids.iter().map(|b| b.price as i64),
-            )),
-            Arc::new(TimestampNanosecondArray::from_iter_values(
-                bids.iter().map(|b| nanos(b.date_time)),
-            )),
-            Arc::new(StringArray::from_iter_values(bids.iter().map(|b| &b.extra))),
+            ints(bids.iter().map(|b| b.auction as i64).collect()),
+            ints(bids.iter().map(|b| b.bidder as i64).collect()),
+            ints(bids.iter().map(|b| b.price as i64).collect()),
+            texts(bids.iter().map(|b| &b.channel).collect()),
+            texts(bids.iter().map(|b| &b.url).collect()),
+            times(bids.iter().map(|b| b.date_time).collect()),
+            texts(bids.iter().map(|b| &b.extra).collect()),
         ],
     )?;
     drop(bids);
@@ -100,20 +106,24 @@ pub fn context(events: u64) -> Result<SessionContext> {
         .collect();
     let person = table(
         vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("name", DataType::Utf8, false),
-            Field::new("date_time", ts(), false),
+            int("id"),
+            text("name"),
+            text("email_address"),
+            text("credit_card"),
+            text("city"),
+            text("state"),
+            time("date_time"),
+            text("extra"),
         ],
         vec![
-            Arc::new(Int64Array::from_iter_values(
-                people.iter().map(|p| p.id as i64),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                people.iter().map(|p| &p.name),
-            )),
-            Arc::new(TimestampNanosecondArray::from_iter_values(
-                people.iter().map(|p| nanos(p.date_time)),
-            )),
+            ints(people.iter().map(|p| p.id as i64).collect()),
+            texts(people.iter().map(|p| &p.name).collect()),
+            texts(people.iter().map(|p| &p.email_address).collect()),
+            texts(people.iter().map(|p| &p.credit_card).collect()),
+            texts(people.iter().map(|p| &p.city).collect()),
+            texts(people.iter().map(|p| &p.state).collect()),
+            times(people.iter().map(|p| p.date_time).collect()),
+            texts(people.iter().map(|p| &p.extra).collect()),
         ],
     )?;
     let auctions: Vec<_> = generate(EventType::Auction, events)
@@ -125,16 +135,28 @@ pub fn context(events: u64) -> Result<SessionContext> {
         .collect();
     let auction = table(
         vec![
-            Field::new("seller", DataType::Int64, false),
-            Field::new("date_time", ts(), false),
+            int("id"),
+            text("item_name"),
+            text("description"),
+            int("initial_bid"),
+            int("reserve"),
+            time("date_time"),
+            time("expires"),
+            int("seller"),
+            int("category"),
+            text("extra"),
         ],
         vec![
-            Arc::new(Int64Array::from_iter_values(
-                auctions.iter().map(|a| a.seller as i64),
-            )),
-            Arc::new(TimestampNanosecondArray::from_iter_values(
-                auctions.iter().map(|a| nanos(a.date_time)),
-            )),
+            ints(auctions.iter().map(|a| a.id as i64).collect()),
+            texts(auctions.iter().map(|a| &a.item_name).collect()),
+            texts(auctions.iter().map(|a| &a.description).collect()),
+            ints(auctions.iter().map(|a| a.initial_bid as i64).collect()),
+            ints(auctions.iter().map(|a| a.reserve as i64).collect()),
+            times(auctions.iter().map(|a| a.date_time).collect()),
+            times(auctions.iter().map(|a| a.expires).collect()),
+            ints(auctions.iter().map(|a| a.seller as i64).collect()),
+            ints(auctions.iter().map(|a| a.category as i64).collect()),
+            texts(auctions.iter().map(|a| &a.extra).collect()),
         ],
     )?;
     ctx.register_table("bid", bid)?;

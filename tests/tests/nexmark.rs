@@ -129,6 +129,13 @@ fn check_changelog(query: &str, header: &str, reference_sql: &str) {
             EVENTS,
             parallelism,
         );
+        if !got_header.starts_with("op,") {
+            // An append-only result (an inner join of append-only streams): its rows as
+            // they came, which must be the reference.
+            assert_eq!(got_header, header, "{query}");
+            assert!(log == expected, "{query} at parallelism {parallelism}: streamed rows differ ({} rows, reference {})", log.len(), expected.len());
+            continue;
+        }
         assert_eq!(got_header, format!("op,{header}"), "{query}");
         // Sorting the changelog lost its order; a retraction of a row is matched with its
         // addition as a count, which the order does not change.
@@ -202,6 +209,110 @@ fn q15_q17_daily_statistics_final_and_as_changelogs() {
     check("q17", Q17_HEADER, &q17_reference(), 100);
     check_changelog("q15", Q15_HEADER, &q15_reference());
     check_changelog("q17", Q17_HEADER, &q17_reference());
+}
+
+/// q3 and q20: regular inner joins of persons / bids with auctions (no window): the final
+/// result over bounded input, and in streaming mode an append-only stream of pairs.
+#[test]
+fn q3_q20_regular_joins() {
+    let q3 = "SELECT P.name, P.city, P.state, A.id FROM auction A JOIN person P ON A.seller = P.id
+              WHERE A.category = 10 AND P.state IN ('or', 'id', 'ca')";
+    check("q3", "name,city,state,id", q3, 10);
+    check_changelog("q3", "name,city,state,id", q3);
+    let q20 = "SELECT B.auction, B.bidder, B.price, B.channel, B.url, B.date_time, B.extra,
+                 A.item_name, A.description, A.initial_bid, A.reserve, A.date_time, A.expires,
+                 A.seller, A.category, A.extra
+               FROM bid B JOIN auction A ON B.auction = A.id WHERE A.category = 10";
+    let header = "auction,bidder,price,channel,url,bid_date_time,bid_extra,item_name,description,initial_bid,reserve,date_time,expires,seller,category,extra";
+    check("q20", header, q20, 100);
+    check_changelog("q20", header, q20);
+}
+
+/// q4 (join, MAX per auction, AVG per category over the updating MAX) and q9 (join, Top-1
+/// per auction): final results and applied changelogs.
+#[test]
+fn q4_q9_joins_with_aggregates_and_top_n() {
+    let q4 = "SELECT Q.category, AVG(Q.final) FROM (
+                SELECT MAX(B.price) AS final, A.category FROM auction A, bid B
+                WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+                GROUP BY A.id, A.category) Q
+              GROUP BY Q.category";
+    check("q4", "category,avg_final", q4, 3);
+    check_changelog("q4", "category,avg_final", q4);
+    // Equal prices at equal times broken by the rest of the ranked row, as weir does.
+    let q9 = "SELECT id, item_name, description, initial_bid, reserve, date_time, expires,
+                seller, category, extra, auction, bidder, price, bid_date_time, bid_extra
+              FROM (SELECT A.*, B.auction, B.bidder, B.price, B.date_time AS bid_date_time,
+                  B.extra AS bid_extra,
+                  ROW_NUMBER() OVER (PARTITION BY A.id
+                    ORDER BY B.price DESC, B.date_time ASC, B.bidder ASC, B.extra ASC) AS rownum
+                FROM auction A, bid B
+                WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires)
+              WHERE rownum <= 1";
+    let header = "id,item_name,description,initial_bid,reserve,date_time,expires,seller,category,extra,auction,bidder,price,bid_date_time,bid_extra";
+    check("q9", header, q9, 100);
+    check_changelog("q9", header, q9);
+}
+
+/// q18 (last bid per bidder and auction) and q19 (top ten bids per auction), Top-N without
+/// windows; ties broken by the row's columns in order, as weir does.
+#[test]
+fn q18_q19_top_n_without_windows() {
+    let q18 = "SELECT auction, bidder, price, channel, url, date_time, extra FROM (
+                 SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction
+                   ORDER BY date_time DESC, price, channel, url, extra) AS rn FROM bid)
+               WHERE rn <= 1";
+    let header = "auction,bidder,price,channel,url,date_time,extra";
+    check("q18", header, q18, 1000);
+    check_changelog("q18", header, q18);
+    let q19 = "SELECT * FROM (
+                 SELECT *, ROW_NUMBER() OVER (PARTITION BY auction
+                   ORDER BY price DESC, bidder, channel, url, date_time, extra) AS rank_number
+                 FROM bid)
+               WHERE rank_number <= 10";
+    let header = "auction,bidder,price,channel,url,date_time,extra,rank_number";
+    check("q19", header, q19, 1000);
+    check_changelog("q19", header, q19);
+}
+
+/// q16 (per channel and day, like q15), q21 (channel ids, regexp) and q22 (URL parts).
+#[test]
+fn q16_q21_q22() {
+    let distinct = |c: &str| {
+        format!(
+            "count(DISTINCT {c}), count(DISTINCT {c}) FILTER (WHERE price < 10000),
+             count(DISTINCT {c}) FILTER (WHERE price >= 10000 AND price < 1000000),
+             count(DISTINCT {c}) FILTER (WHERE price >= 1000000)"
+        )
+    };
+    let q16 = format!(
+        "SELECT channel, to_char(date_time, '%Y-%m-%d'), max(to_char(date_time, '%H:%M')),
+           count(*), {RANKS}, {}, {} FROM bid
+         GROUP BY channel, to_char(date_time, '%Y-%m-%d')",
+        distinct("bidder"),
+        distinct("auction")
+    );
+    let header = "channel,day,minute,total_bids,rank1_bids,rank2_bids,rank3_bids,total_bidders,rank1_bidders,rank2_bidders,rank3_bidders,total_auctions,rank1_auctions,rank2_auctions,rank3_auctions";
+    check("q16", header, &q16, 2);
+    check_changelog("q16", header, &q16);
+    let q21 = "SELECT auction, bidder, price, channel,
+                 CASE WHEN lower(channel) = 'apple' THEN '0'
+                      WHEN lower(channel) = 'google' THEN '1'
+                      WHEN lower(channel) = 'facebook' THEN '2'
+                      WHEN lower(channel) = 'baidu' THEN '3'
+                      ELSE regexp_replace(url, '^(?:|.*&)channel_id=([^&]*).*$', '\\1') END
+               FROM bid
+               WHERE regexp_like(url, '(&|^)channel_id=([^&]*)')
+                 OR lower(channel) IN ('apple', 'google', 'facebook', 'baidu')";
+    check("q21", "auction,bidder,price,channel,channel_id", q21, 1000);
+    let q22 = "SELECT auction, bidder, price, channel, split_part(url, '/', 4),
+                 split_part(url, '/', 5), split_part(url, '/', 6) FROM bid";
+    check(
+        "q22",
+        "auction,bidder,price,channel,dir1,dir2,dir3",
+        q22,
+        1000,
+    );
 }
 
 #[test]

@@ -7,14 +7,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use common::{execute, session, text_rows, Collected};
+use common::{apply_changelog, execute, session, text_rows, Collected};
 use weir_planner::{Session, SessionConfig};
 
 /// Random rows `id, k, v`: a few dozen keys, NULLs and repeated values.
@@ -53,29 +52,6 @@ fn batch_reference(path: &str, sql: &str) -> Vec<Vec<String>> {
         Field::new("v", DataType::Int64, true),
     ]);
     common::batch_csv_sql(&[("t", path)], &schema, sql)
-}
-
-/// Applies changelog rows (`op` first) in order to a multiset of result rows; a retraction
-/// must remove a row that is there. Returns the rows left, sorted.
-fn apply_changelog(rows: &[Vec<String>]) -> Vec<Vec<String>> {
-    let mut table: BTreeMap<Vec<String>, i64> = BTreeMap::new();
-    for row in rows {
-        let (op, values) = row.split_first().expect("an op column");
-        let n = table.entry(values.to_vec()).or_default();
-        match op.as_str() {
-            "+I" | "+U" => *n += 1,
-            "-U" | "-D" => {
-                assert!(*n > 0, "{op} of {values:?}, which is not in the result");
-                *n -= 1;
-            }
-            other => panic!("unknown change kind {other}"),
-        }
-    }
-    let mut out = Vec::new();
-    for (row, n) in table {
-        out.extend(std::iter::repeat_n(row, n as usize));
-    }
-    out
 }
 
 fn create_table(s: &mut Session, path: &str, batch_size: usize) {
@@ -164,7 +140,7 @@ fn append_only_consumers_refuse_an_updating_query_with_the_reason() {
             "needs changelog = 'op'",
         ),
         (
-            format!("CREATE MATERIALIZED VIEW mv WITH (delivery = 'at_least_once') AS {agg}"),
+            format!("CREATE MATERIALIZED VIEW mv WITH (delivery = 'at_least_once') AS SELECT a.k, t.id FROM ({agg}) a JOIN t ON a.k = t.k"),
             "would apply replayed changes again",
         ),
         (
@@ -172,8 +148,8 @@ fn append_only_consumers_refuse_an_updating_query_with_the_reason() {
             "ORDER BY over an updating stream",
         ),
         (
-            format!("SELECT a.k FROM ({agg}) a JOIN t ON a.k = t.k"),
-            "JOIN over an updating stream",
+            format!("SELECT k FROM ({agg}) UNION ALL SELECT k FROM t"),
+            "UNION over an updating stream",
         ),
         (
             "SET runtime_mode = 'sometimes'".to_string(),
@@ -295,6 +271,15 @@ fn csv_rows(text: &str, header: bool) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// A join of two updating aggregates (a view of it holds a multiset: exactly-once).
+const JOIN_SQL: &str = "SELECT a.k, a.n, b.s FROM (SELECT k, count(*) AS n FROM t GROUP BY k) a \
+     JOIN (SELECT k, sum(v) AS s FROM t WHERE v > 100 GROUP BY k) b ON a.k = b.k";
+
+/// The three keys with the most rows (a Top-N kept by rank: at-least-once is possible).
+const TOP_SQL: &str =
+    "SELECT k, n, rn FROM (SELECT k, n, ROW_NUMBER() OVER (ORDER BY n DESC, k) AS rn \
+     FROM (SELECT k, count(*) AS n FROM t GROUP BY k)) WHERE rn <= 3";
+
 #[test]
 fn an_updating_view_and_changelog_sink_survive_kills_and_rescaling() {
     use common::process::{kill_and_resume, weir_binary};
@@ -308,6 +293,9 @@ fn an_updating_view_and_changelog_sink_survive_kills_and_rescaling() {
          SET runtime_mode = 'streaming';
          SET checkpoint_interval = '50ms';
          CREATE MATERIALIZED VIEW mv AS {sql};
+         CREATE MATERIALIZED VIEW mv_alo WITH (delivery = 'at_least_once') AS {sql};
+         CREATE MATERIALIZED VIEW mv_join AS {JOIN_SQL};
+         CREATE MATERIALIZED VIEW mv_top WITH (delivery = 'at_least_once') AS {TOP_SQL};
          CREATE SINK log WITH (connector = 'file', path = '{}', changelog = 'op') AS {sql};",
         out.display()
     );
@@ -328,23 +316,36 @@ fn an_updating_view_and_changelog_sink_survive_kills_and_rescaling() {
     );
     assert!(killed >= 2, "{killed} kills hit a running job");
     let want = batch_reference(&path, sql);
-    // The view, read by a new process.
-    let read = work.path().join("read.sql");
-    std::fs::write(&read, "SELECT * FROM mv;").unwrap();
-    let got = std::process::Command::new(weir_binary())
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["-f", read.to_str().unwrap(), "--format", "csv"])
-        .output()
-        .unwrap();
-    assert!(
-        got.status.success(),
-        "{}",
-        String::from_utf8_lossy(&got.stderr)
-    );
-    let mut rows = csv_rows(&String::from_utf8_lossy(&got.stdout), true);
-    rows.sort();
-    assert_eq!(rows, want, "the view after {killed} kills");
+    // The views, read by a new process: exactly-once and at-least-once (upserts by the
+    // group key, which replays repeat harmlessly), a join of two updating aggregates, and an
+    // at-least-once Top-N kept by rank.
+    for (view, sql) in [
+        ("mv", sql),
+        ("mv_alo", sql),
+        ("mv_join", JOIN_SQL),
+        ("mv_top", TOP_SQL),
+    ] {
+        let read = work.path().join("read.sql");
+        std::fs::write(&read, format!("SELECT * FROM {view};")).unwrap();
+        let got = std::process::Command::new(weir_binary())
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["-f", read.to_str().unwrap(), "--format", "csv"])
+            .output()
+            .unwrap();
+        assert!(
+            got.status.success(),
+            "{}",
+            String::from_utf8_lossy(&got.stderr)
+        );
+        let mut rows = csv_rows(&String::from_utf8_lossy(&got.stdout), true);
+        rows.sort();
+        assert_eq!(
+            rows,
+            batch_reference(&path, sql),
+            "{view} after {killed} kills"
+        );
+    }
     // The changelog file, applied in commit order (each key's changes come from one
     // instance, in epoch order).
     assert_eq!(

@@ -1,7 +1,10 @@
 //! The Kafka sink: `CREATE SINK s WITH (connector = 'kafka', topic = '...',
-//! bootstrap_servers = '...', format = 'json' | 'csv', key = 'a, b') AS SELECT ...`.
+//! bootstrap_servers = '...', format = 'json' | 'csv' | 'debezium-json', key = 'a, b') AS
+//! SELECT ...`.
 //!
-//! Options: `topic`, `bootstrap_servers`, `format` (json default, csv), `delimiter` (csv),
+//! Options: `topic`, `bootstrap_servers`, `format` (json default, csv, debezium-json: one
+//! `{"before", "after", "op"}` event per change, which an updating query needs; DESIGN.md
+//! §8), `delimiter` (csv),
 //! `key` (columns whose values make the record key: one column's text, or a JSON object of
 //! several; records with a key go to Kafka's default partition for it, murmur2, so a consumer
 //! sees a key's results in order; without a key, instances spread rows round-robin),
@@ -95,7 +98,12 @@ pub struct SinkContext {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkFormat {
     Json,
-    Csv { delimiter: u8 },
+    Csv {
+        delimiter: u8,
+    },
+    /// One Debezium-style change event per record (`{"before", "after", "op"}`): what an
+    /// updating result needs.
+    DebeziumJson,
 }
 
 /// Plan node of a Kafka sink.
@@ -155,13 +163,32 @@ impl KafkaSinkFactory {
             "csv" => SinkFormat::Csv {
                 delimiter: delimiter.unwrap_or(b','),
             },
+            "debezium-json" => SinkFormat::DebeziumJson,
             other => {
                 return Err(ConnectorError::InvalidOption {
                     option: "format".into(),
                     value: other.into(),
-                    reason: "expected 'json' or 'csv'".into(),
+                    reason: "expected 'json', 'csv' or 'debezium-json'".into(),
                 })
             }
+        };
+        if let (Some(why), false) = (&ctx.updating, format == SinkFormat::DebeziumJson) {
+            return Err(ConnectorError::AppendOnly {
+                sink: sink.to_string(),
+                why: why.clone(),
+                fix: "so a Kafka sink needs format = 'debezium-json' (one event per change, \
+                      before and after), ideally with a key"
+                    .into(),
+            });
+        }
+        // The columns keys name: the relation's (an updating result's rows reach the sink
+        // with their change kind, which is no column of the topic's records).
+        let relation = if ctx.updating.is_some() {
+            Arc::new(datafusion::arrow::datatypes::Schema::new(
+                schema.fields().iter().skip(1).cloned().collect::<Vec<_>>(),
+            ))
+        } else {
+            Arc::clone(&schema)
         };
         let key = match options.take("key") {
             None => Vec::new(),
@@ -170,14 +197,14 @@ impl KafkaSinkFactory {
                 .map(str::trim)
                 .filter(|c| !c.is_empty())
                 .map(|c| {
-                    schema
+                    relation
                         .index_of(c)
                         .map_err(|_| ConnectorError::InvalidOption {
                             option: "key".into(),
                             value: c.into(),
                             reason: format!(
                                 "the query has no such column (its columns: {})",
-                                schema
+                                relation
                                     .fields()
                                     .iter()
                                     .map(|f| f.name().as_str())
@@ -335,6 +362,7 @@ impl OperatorFactory for KafkaSinkFactory {
             match self.format {
                 SinkFormat::Json => "json",
                 SinkFormat::Csv { .. } => "csv",
+                SinkFormat::DebeziumJson => "debezium-json",
             },
             if self.exactly_once {
                 "exactly once"
@@ -472,21 +500,38 @@ impl KafkaSinkOperator {
 
     fn records(&mut self, batch: &RecordBatch) -> EngineResult<Vec<(i32, OutRecord)>> {
         let now = chrono::Utc::now().timestamp_millis();
-        let keys: Vec<Option<Bytes>> = match self.spec.key.as_slice() {
-            [] => vec![None; batch.num_rows()],
-            [one] => column_strings(batch.column(*one))?
+        let events;
+        let (rows, values, key_rows): (&RecordBatch, Vec<Vec<u8>>, Vec<usize>) =
+            match self.spec.format {
+                SinkFormat::Json => (batch, json_records(batch)?, (0..batch.num_rows()).collect()),
+                SinkFormat::Csv { delimiter } => (
+                    batch,
+                    csv_records(batch, delimiter)?,
+                    (0..batch.num_rows()).collect(),
+                ),
+                SinkFormat::DebeziumJson => {
+                    let (relation, changes) = crate::sinks::change_events(batch)?;
+                    events = relation;
+                    let key_rows = changes.iter().map(|e| e.key_row).collect();
+                    (
+                        &events,
+                        changes.into_iter().map(|e| e.json).collect(),
+                        key_rows,
+                    )
+                }
+            };
+        let row_keys: Vec<Option<Bytes>> = match self.spec.key.as_slice() {
+            [] => vec![None; rows.num_rows()],
+            [one] => column_strings(rows.column(*one))?
                 .into_iter()
                 .map(|k| Some(Bytes::from(k.unwrap_or_default())))
                 .collect(),
-            many => json_records(&batch.project(many)?)?
+            many => json_records(&rows.project(many)?)?
                 .into_iter()
                 .map(|k| Some(Bytes::from(k)))
                 .collect(),
         };
-        let values = match self.spec.format {
-            SinkFormat::Json => json_records(batch)?,
-            SinkFormat::Csv { delimiter } => csv_records(batch, delimiter)?,
-        };
+        let keys: Vec<Option<Bytes>> = key_rows.iter().map(|&r| row_keys[r].clone()).collect();
         let mut out = Vec::with_capacity(values.len());
         for (key, value) in keys.into_iter().zip(values) {
             let partition = match &key {

@@ -1,7 +1,9 @@
 //! The file sink (DESIGN.md §6): `CREATE SINK s WITH (connector = 'file', path = 'DIR',
-//! format = 'csv' | 'json') AS SELECT ...`. With `changelog = 'op'` every row starts with its
-//! change kind (`op`: `+I`, `-U`, `+U`, `-D`), which an updating query needs (DESIGN.md §8):
-//! without it the sink only appends and refuses one.
+//! format = 'csv' | 'json' | 'debezium-json') AS SELECT ...`. An updating query (DESIGN.md §8)
+//! needs its changes shown: `changelog = 'op'` starts every row with its change kind (`op`:
+//! `+I`, `-U`, `+U`, `-D`); `format = 'debezium-json'` writes one event per change
+//! (`{"before", "after", "op": "c" | "u" | "d"}`, an update's two rows in one event). Without
+//! either the sink only appends and refuses an updating query.
 //!
 //! Exactly-once: rows of epoch n go to a staged part file `DIR/.part-<job>-<instance>-<n>.<ext>`.
 //! At barrier n it is synced and closed (pre-commit) and its name goes into the checkpoint's
@@ -37,15 +39,20 @@ use crate::options::Options;
 /// How rows are written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkFormat {
-    Csv { header: bool, delimiter: u8 },
+    Csv {
+        header: bool,
+        delimiter: u8,
+    },
     Json,
+    /// One Debezium-style change event per line (`{"before", "after", "op"}`).
+    DebeziumJson,
 }
 
 impl SinkFormat {
     fn extension(&self) -> &'static str {
         match self {
             SinkFormat::Csv { .. } => "csv",
-            SinkFormat::Json => "json",
+            SinkFormat::Json | SinkFormat::DebeziumJson => "json",
         }
     }
 }
@@ -97,29 +104,38 @@ impl FileSinkFactory {
                 })
             }
         };
-        if let (Some(why), false) = (updating, op_column) {
-            return Err(ConnectorError::AppendOnly {
-                sink: sink.to_string(),
-                why: why.to_string(),
-                fix:
-                    "so a file sink needs changelog = 'op' (every row starts with +I, -U, +U or -D)"
-                        .into(),
-            });
-        }
         let format = options.take("format").unwrap_or_else(|| "csv".into());
         let header = options.take_bool("header")?.unwrap_or(false);
         let delimiter = options.take_delimiter()?.unwrap_or(b',');
-        let format = match format.to_ascii_lowercase().as_str() {
-            "csv" => SinkFormat::Csv { header, delimiter },
-            "json" => SinkFormat::Json,
-            other => {
-                return Err(ConnectorError::InvalidOption {
-                    option: "format".into(),
-                    value: other.into(),
-                    reason: "expected csv or json".into(),
-                })
-            }
-        };
+        let format =
+            match format.to_ascii_lowercase().as_str() {
+                "csv" => SinkFormat::Csv { header, delimiter },
+                "json" => SinkFormat::Json,
+                "debezium-json" if op_column => return Err(ConnectorError::InvalidOption {
+                    option: "changelog".into(),
+                    value: "op".into(),
+                    reason:
+                        "format 'debezium-json' carries each change's kind in its events already"
+                            .into(),
+                }),
+                "debezium-json" => SinkFormat::DebeziumJson,
+                other => {
+                    return Err(ConnectorError::InvalidOption {
+                        option: "format".into(),
+                        value: other.into(),
+                        reason: "expected csv, json or debezium-json".into(),
+                    })
+                }
+            };
+        let changes_shown = op_column || format == SinkFormat::DebeziumJson;
+        if let (Some(why), false) = (updating, changes_shown) {
+            return Err(ConnectorError::AppendOnly {
+                sink: sink.to_string(),
+                why: why.to_string(),
+                fix: "so a file sink needs changelog = 'op' (every row starts with +I, -U, +U or -D) or format = 'debezium-json'"
+                    .into(),
+            });
+        }
         options.finish("file", OPTIONS)?;
         std::fs::create_dir_all(&dir).map_err(|e| {
             EngineError::io(
@@ -208,6 +224,15 @@ fn io_error(sink: &str, what: &str, path: &Path, e: std::io::Error) -> EngineErr
 
 impl FileSinkOperator {
     fn encode(&self, batch: &RecordBatch, header: bool) -> EngineResult<Vec<u8>> {
+        if self.spec.format == SinkFormat::DebeziumJson {
+            let (_, events) = super::change_events(batch)?;
+            let mut out = Vec::new();
+            for e in events {
+                out.extend_from_slice(&e.json);
+                out.push(b'\n');
+            }
+            return Ok(out);
+        }
         let text;
         let batch = if self.spec.op_column {
             text = if changelog::has_op_field(batch.schema_ref()) {
@@ -225,6 +250,11 @@ impl FileSinkOperator {
                 delimiter,
             } => csv_lines(batch, header && *with_header, *delimiter)?,
             SinkFormat::Json => json_lines(batch)?,
+            SinkFormat::DebeziumJson => {
+                return Err(EngineError::Internal(
+                    "debezium-json is encoded above".into(),
+                ))
+            }
         })
     }
 

@@ -12,8 +12,11 @@
 //! A view of an updating query (DESIGN.md §8) holds its current result instead: staged epochs
 //! are changelog batches, and the commit applies them, in the same atomic write batch that
 //! drops them, to `t | row -> count` (the result as a multiset of rows, each in arrow's row
-//! encoding). Readers scan `t`. Applying changes is not idempotent, so such a view is
-//! exactly-once only.
+//! encoding). Readers scan `t`. Applying changes to a multiset is not idempotent, so such a
+//! view is exactly-once only, unless its rows have a key (a GROUP BY's keys, a Top-N's
+//! partition and number, DESIGN.md §8): then changes are upserts and deletes by key into
+//! `k | key row -> row`, which a replay repeats harmlessly, and an at-least-once view applies
+//! them as they arrive.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +40,8 @@ const STAGED: u8 = b's';
 const COMMITTED: u8 = b'c';
 /// The current result of an updating view: `t | row -> count`.
 const TABLE: u8 = b't';
+/// The current result of an updating view whose rows have a key: `k | key row -> row`.
+const KEYED: u8 = b'k';
 
 fn key(area: u8, epoch: u64, run: u64, seq: u32) -> Vec<u8> {
     let mut k = Vec::with_capacity(21);
@@ -88,7 +93,18 @@ pub fn committed_table(dir: &Path, schema: &SchemaRef) -> EngineResult<Vec<Recor
         return Ok(Vec::new());
     }
     let store = open_store(dir)?;
-    let rows = store.scan(&[TABLE], &[TABLE + 1])?;
+    let mut rows = store.scan(&[TABLE], &[TABLE + 1])?;
+    // Rows kept by key hold the row as their value, once.
+    rows.extend(
+        store
+            .scan(&[KEYED], &[KEYED + 1])?
+            .into_iter()
+            .map(|(_, row)| {
+                let mut k = vec![KEYED];
+                k.extend(row);
+                (k, 1i64.to_le_bytes().to_vec())
+            }),
+    );
     if rows.is_empty() {
         return Ok(Vec::new());
     }
@@ -129,15 +145,51 @@ fn row_converter(schema: &SchemaRef) -> EngineResult<RowConverter> {
     )?)
 }
 
-/// Applies the changelog `batches` (change kinds last) to the `t` area: `writes` gets the new
-/// count of every row they touch.
+/// Applies the changelog `batches` (change kinds last) to the current result: by key (the
+/// `k` area, each key's last change wins) when the rows have one, else to the `t` multiset,
+/// where `writes` gets the new count of every row they touch.
 fn apply_changes(
     store: &dyn StateBackend,
     relation: &SchemaRef,
+    unique_key: Option<&[usize]>,
     batches: &[RecordBatch],
     writes: &mut WriteBatch,
 ) -> EngineResult<()> {
     let converter = row_converter(relation)?;
+    if let Some(key_columns) = unique_key {
+        let key_schema = Arc::new(relation.project(key_columns)?);
+        let keys = row_converter(&key_schema)?;
+        let mut last: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>> =
+            std::collections::HashMap::new();
+        for batch in batches {
+            let ops = changelog::ops(batch)?;
+            let rel = changelog::relation(batch)?;
+            let rows = converter.convert_columns(rel.columns())?;
+            // No key columns (a global aggregate): one row, under the empty key.
+            let key_rows = (!key_columns.is_empty())
+                .then(|| keys.convert_columns(rel.project(key_columns)?.columns()))
+                .transpose()?;
+            for i in 0..rel.num_rows() {
+                let key_row = key_rows.as_ref().map_or(&[][..], |k| k.row(i).data());
+                let mut key = Vec::with_capacity(1 + key_row.len());
+                key.push(KEYED);
+                key.extend_from_slice(key_row);
+                let add = changelog::Op::from_code(ops.value(i))?.is_add();
+                last.insert(key, add.then(|| rows.row(i).data().to_vec()));
+            }
+        }
+        for (key, row) in last {
+            match row {
+                Some(row) => writes.puts.push((key, row)),
+                None => {
+                    let mut end = key.clone();
+                    end.push(0);
+                    writes.delete_ranges.push((key, end));
+                }
+            }
+        }
+        return Ok(());
+    }
     let mut deltas: std::collections::HashMap<Vec<u8>, i64> = std::collections::HashMap::new();
     for batch in batches {
         let ops = changelog::ops(batch)?;
@@ -184,6 +236,10 @@ pub struct ViewSinkFactory {
     /// For a view of an updating query: the relation it holds (`schema` without the change
     /// kinds). Its commits apply changes to the current result.
     pub updating: Option<SchemaRef>,
+    /// For an updating query whose rows have a key: its columns. Changes are then applied as
+    /// upserts and deletes by key (`k | key row -> row`), which a replay repeats harmlessly,
+    /// so the view may be at-least-once.
+    pub unique_key: Option<Vec<usize>>,
 }
 
 impl OperatorFactory for ViewSinkFactory {
@@ -209,6 +265,7 @@ impl OperatorFactory for ViewSinkFactory {
         Some(Arc::new(ViewCommitter {
             dir: self.dir.clone(),
             updating: self.updating.clone(),
+            unique_key: self.unique_key.clone(),
         }))
     }
 }
@@ -253,6 +310,18 @@ impl Operator for ViewSinkOperator {
         _out: &mut Output,
     ) -> EngineResult<()> {
         self.info.metrics.add_rows_out(batch.num_rows() as u64);
+        if let (false, Some(relation)) = (self.spec.exactly_once, &self.spec.updating) {
+            // At-least-once (keyed only): changes go straight into the current result.
+            let mut writes = WriteBatch::default();
+            apply_changes(
+                self.store.as_ref(),
+                relation,
+                self.spec.unique_key.as_deref(),
+                &[batch],
+                &mut writes,
+            )?;
+            return self.store.write(writes);
+        }
         self.pending.push(batch);
         if !self.spec.exactly_once {
             self.write(COMMITTED)?;
@@ -276,6 +345,7 @@ impl Operator for ViewSinkOperator {
 struct ViewCommitter {
     dir: PathBuf,
     updating: Option<SchemaRef>,
+    unique_key: Option<Vec<usize>>,
 }
 
 impl Committer for ViewCommitter {
@@ -301,7 +371,13 @@ impl Committer for ViewCommitter {
                         .map(|(_, v)| decode_batch(v))
                         .collect::<EngineResult<Vec<_>>>()?;
                     let mut writes = WriteBatch::default();
-                    apply_changes(store.as_ref(), relation, &batches, &mut writes)?;
+                    apply_changes(
+                        store.as_ref(),
+                        relation,
+                        self.unique_key.as_deref(),
+                        &batches,
+                        &mut writes,
+                    )?;
                     writes.delete_ranges.push((lo, hi));
                     store.write(writes)?;
                 }

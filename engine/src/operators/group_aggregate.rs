@@ -15,20 +15,28 @@
 //!   written there after each batch; memory holds only the batch's groups. At a barrier there
 //!   is nothing left to write: the runtime checkpoints the store. Restored in place, or, at
 //!   another parallelism, by copying the groups that route to this instance.
+//! - with `state_ttl`, a group not touched for that long (processing time) is dropped, without
+//!   a retraction ([`crate::state::ttl`]).
+//! - early-fire windows (`window_emit = 'on_update'`): with `window`, the group keys include
+//!   a window column; a group's changes come as its window fills, and its state is dropped
+//!   when the watermark passes the window's end (its last change was the final row).
 //! - watermarks pass through; at end of input nothing is left to emit.
 
 mod state;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::arrow::array::{
     new_null_array, Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array,
     Int64Array, Int8Array, UInt64Array,
 };
 use datafusion::arrow::compute::SortOptions;
-use datafusion::arrow::compute::{cast, interleave};
-use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef, UInt64Type};
+use datafusion::arrow::compute::{cast, filter_record_batch, interleave};
+use datafusion::arrow::datatypes::{
+    DataType, Float64Type, Int64Type, SchemaRef, TimeUnit, TimestampNanosecondType, UInt64Type,
+};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
@@ -36,9 +44,18 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::changelog::{self, Op};
 use crate::error::{EngineError, Result};
 use crate::graph::{OperatorFactory, TaskInfo};
+use crate::message::{EventTime, WATERMARK_MIN};
+use crate::metrics::JobMetrics;
 use crate::operator::{Operator, Output};
-use crate::state::{StateBackend, StateHandle, WriteBatch};
-use state::{count_of, range_end, restore_repartitioned, AggState, GroupState, Keys};
+use crate::operators::windowed::WindowColumn;
+use crate::state::ttl::now_ms;
+use crate::state::{
+    count_of, just_after, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch,
+};
+use state::{restore_repartitioned, AggState, GroupState, Keys};
+
+/// Keys a batch expires at most (the rest wait for the next batches).
+pub(crate) const EXPIRE_PER_BATCH: usize = 1024;
 
 /// What an updating aggregate computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +131,12 @@ pub struct GroupAggregateSpec {
     pub aggregates: Vec<UpdatingAggregate>,
     /// Group keys then aggregates, without the change kinds (the operator appends them).
     pub output_schema: SchemaRef,
+    /// Drop a group's state when it is not touched for this long (`SET state_ttl`).
+    pub state_ttl: Option<Duration>,
+    /// A window aggregate emitting early (`window_emit = 'on_update'`): the input column
+    /// holding each row's window (one of the group keys). A group's state is dropped when
+    /// the watermark passes its window's end; rows of windows already closed are late.
+    pub window: Option<WindowColumn>,
     pub description: String,
 }
 
@@ -172,6 +195,9 @@ impl OperatorFactory for GroupAggregateSpec {
         }
         let output_schema = changelog::with_op_field(&self.output_schema);
         Ok(Box::new(GroupAggregateOperator {
+            watermark: WATERMARK_MIN,
+            metrics: Arc::clone(&task.metrics),
+            expiry: self.state_ttl.map(|ttl| KeyExpiry::new(&task.state, ttl)),
             spec: self.clone(),
             handle: task.state.clone(),
             keys,
@@ -190,6 +216,11 @@ pub struct GroupAggregateOperator {
     /// Per aggregate keeping a multiset: encodes its values (descending for MAX).
     values: Vec<Option<RowConverter>>,
     output_schema: SchemaRef,
+    /// With `state_ttl`: when groups were last touched.
+    expiry: Option<KeyExpiry>,
+    /// The input watermark (early-fire windows close at it).
+    watermark: EventTime,
+    metrics: Arc<JobMetrics>,
 }
 
 /// A batch's groups: their rows, their states before and after the batch.
@@ -204,23 +235,11 @@ struct Touched {
     /// after the batch.
     extreme_before: Vec<Vec<Option<Vec<u8>>>>,
     extreme_after: Vec<Vec<Option<Vec<u8>>>>,
+    /// Early-fire windows: each group's window end.
+    window_end: Option<Vec<EventTime>>,
 }
 
 impl GroupAggregateOperator {
-    /// The change kind of each input row as +1 (adds) or -1 (retracts).
-    fn signs(&self, batch: &RecordBatch) -> Result<(RecordBatch, Vec<i64>)> {
-        if !self.spec.input_updating {
-            return Ok((batch.clone(), vec![1; batch.num_rows()]));
-        }
-        let ops = changelog::ops(batch)?;
-        let signs = ops
-            .values()
-            .iter()
-            .map(|&c| Ok(if Op::from_code(c)?.is_add() { 1 } else { -1 }))
-            .collect::<Result<Vec<i64>>>()?;
-        Ok((changelog::relation(batch)?, signs))
-    }
-
     /// Groups the batch's rows and reads their states.
     fn touch(&self, rel: &RecordBatch, store: &dyn StateBackend) -> Result<Touched> {
         let n = rel.num_rows();
@@ -268,7 +287,15 @@ impl GroupAggregateOperator {
             .map(|s| s.clone().unwrap_or_else(|| GroupState::new(aggs)))
             .collect();
         let extreme_before = self.extremes(&groups, store)?;
+        let window_end = self.window_ends(rel)?.map(|ends| {
+            let mut per_group = vec![WATERMARK_MIN; groups.len()];
+            for (row, &g) in row_group.iter().enumerate() {
+                per_group[g] = ends[row];
+            }
+            per_group
+        });
         Ok(Touched {
+            window_end,
             groups,
             row_group,
             before,
@@ -299,7 +326,7 @@ impl GroupAggregateOperator {
                             return Ok(None);
                         }
                         let start = keys.multiset(g, i);
-                        let end = range_end(&start);
+                        let end = prefix_end(&start);
                         Ok(store
                             .first_key(&start, &end)?
                             .map(|k| k[start.len()..].to_vec()))
@@ -364,12 +391,98 @@ impl GroupAggregateOperator {
                     batch.puts.push((key, has.to_le_bytes().to_vec()));
                 } else {
                     // A retraction of a value never added leaves nothing behind either.
-                    let end = state::just_after(&key);
+                    let end = just_after(&key);
                     batch.delete_ranges.push((key, end));
                 }
             }
         }
         Ok(())
+    }
+
+    /// Early-fire windows: drops the state of every group whose window ended at or before
+    /// `watermark` (its last change was emitted with the batch that made it).
+    fn close_windows(&self, watermark: EventTime) -> Result<()> {
+        let store = self.handle.store()?;
+        let keys = Keys {
+            handle: &self.handle,
+        };
+        let (start, end) = keys.windows_until(watermark);
+        let skip = self.handle.prefix_len();
+        loop {
+            let chunk = store.scan_first(&start, &end, 4096)?;
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            let mut writes = WriteBatch::default();
+            for (k, _) in chunk {
+                let group = state::group_of(&k[skip..])?.to_vec();
+                let g = keys.group(&group);
+                let g_end = just_after(&g);
+                writes.delete_ranges.push((g, g_end));
+                writes.delete_ranges.push(keys.group_multisets(&group));
+                let k_end = just_after(&k);
+                writes.delete_ranges.push((k, k_end));
+            }
+            store.write(writes)?;
+        }
+    }
+
+    /// Early-fire windows: drops the rows of windows the watermark already closed (counted as
+    /// late; the source drops late rows first, so this only guards the invariant).
+    fn drop_late(&self, rel: RecordBatch, signs: Vec<i64>) -> Result<(RecordBatch, Vec<i64>)> {
+        let Some(ends) = self.window_ends(&rel)? else {
+            return Ok((rel, signs));
+        };
+        let keep: Vec<bool> = ends.iter().map(|&e| e > self.watermark).collect();
+        let late = keep.iter().filter(|k| !**k).count();
+        if late == 0 {
+            return Ok((rel, signs));
+        }
+        self.metrics.add_late_rows(late as u64);
+        let mask = BooleanArray::from(keep.clone());
+        let signs = signs
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(s, k)| k.then_some(s))
+            .collect();
+        Ok((filter_record_batch(&rel, &mask)?, signs))
+    }
+
+    /// Early-fire windows: each row's window end.
+    fn window_ends(&self, rel: &RecordBatch) -> Result<Option<Vec<EventTime>>> {
+        let Some(window) = self.spec.window else {
+            return Ok(None);
+        };
+        let column = cast(
+            rel.column(window.index),
+            &DataType::Timestamp(TimeUnit::Nanosecond, None),
+        )?;
+        let values = column.as_primitive::<TimestampNanosecondType>();
+        Ok(Some(
+            values
+                .iter()
+                .map(|v| window.bound.end_of(v.unwrap_or(WATERMARK_MIN)))
+                .collect(),
+        ))
+    }
+
+    /// With `state_ttl`: drops the state of groups not touched for that long (nothing is
+    /// emitted: a group that comes back starts afresh).
+    fn expire(&self, store: &dyn StateBackend, now: u64) -> Result<()> {
+        let Some(expiry) = &self.expiry else {
+            return Ok(());
+        };
+        let mut writes = WriteBatch::default();
+        let keys = Keys {
+            handle: &self.handle,
+        };
+        for group in expiry.expired(store, now, EXPIRE_PER_BATCH, &mut writes)? {
+            let k = keys.group(&group);
+            let end = just_after(&k);
+            writes.delete_ranges.push((k, end));
+            writes.delete_ranges.push(keys.group_multisets(&group));
+        }
+        store.write(writes)
     }
 
     /// The result rows of `groups` (indices into `t`), from their states `before` or after.
@@ -574,12 +687,26 @@ impl Operator for GroupAggregateOperator {
         "GroupAggregate"
     }
 
+    fn on_watermark(&mut self, watermark: EventTime, _out: &mut Output) -> Result<EventTime> {
+        if self.spec.window.is_some() && watermark > self.watermark {
+            self.close_windows(watermark)?;
+        }
+        self.watermark = self.watermark.max(watermark);
+        Ok(watermark)
+    }
+
     fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Output) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
         let store = self.handle.store()?;
-        let (rel, signs) = self.signs(&batch)?;
+        let now = now_ms();
+        self.expire(store.as_ref(), now)?;
+        let (rel, signs) = changelog::signed(&batch, self.spec.input_updating)?;
+        let (rel, signs) = self.drop_late(rel, signs)?;
+        if rel.num_rows() == 0 {
+            return Ok(());
+        }
         let mut t = self.touch(&rel, store.as_ref())?;
         let mut writes = WriteBatch::default();
         self.accumulate(&rel, &signs, &mut t, store.as_ref(), &mut writes)?;
@@ -605,10 +732,15 @@ impl Operator for GroupAggregateOperator {
                     .push((keys.group(&t.groups[g]), t.after[g].encode()));
             } else if existed || t.after[g].rows != 0 {
                 let k = keys.group(&t.groups[g]);
-                let end = state::just_after(&k);
+                let end = just_after(&k);
                 writes.delete_ranges.push((k, end));
                 let (lo, hi) = keys.group_multisets(&t.groups[g]);
                 writes.delete_ranges.push((lo, hi));
+            }
+            if let (Some(ends), false, true) = (&t.window_end, existed, exists) {
+                writes
+                    .puts
+                    .push((keys.window(ends[g], &t.groups[g]), Vec::new()));
             }
             match (existed, exists) {
                 (false, true) => {
@@ -631,6 +763,14 @@ impl Operator for GroupAggregateOperator {
                 }
                 _ => {}
             }
+        }
+        if let Some(expiry) = &self.expiry {
+            expiry.touch(
+                store.as_ref(),
+                t.groups.iter().map(Vec::as_slice),
+                now,
+                &mut writes,
+            )?;
         }
         store.write(writes)?;
         if order.is_empty() {

@@ -1,7 +1,8 @@
 //! Operators, one per file. Each file's doc says what the operator takes, emits and keeps, and
 //! what it does on watermark, barrier and end. The windowed ones (aggregate, window and interval join,
 //! Top-N, session, emit order) stand on one layer, [`windowed`]. Operators over updating
-//! streams ([`crate::changelog`]) read and write change kinds: [`group_aggregate`].
+//! streams ([`crate::changelog`]) read and write change kinds: [`group_aggregate`],
+//! [`stream_join`], [`top_n`].
 
 pub mod calc;
 pub mod emit_order;
@@ -10,6 +11,8 @@ pub mod interval_join;
 pub mod limit;
 pub mod session_window;
 pub mod sort;
+pub mod stream_join;
+pub mod top_n;
 pub mod window_aggregate;
 pub mod window_assign;
 pub mod window_join;
@@ -28,6 +31,8 @@ pub use interval_join::{IntervalJoinSpec, IntervalSide};
 pub use limit::LimitSpec;
 pub use session_window::SessionWindowSpec;
 pub use sort::SortSpec;
+pub use stream_join::{StreamJoinSide, StreamJoinSpec};
+pub use top_n::TopNSpec;
 pub use window_aggregate::{GroupColumn, WindowAggregateOperator, WindowAggregateSpec};
 pub use window_assign::WindowAssignSpec;
 pub use window_join::{JoinKind, JoinSide, WindowJoinSpec};

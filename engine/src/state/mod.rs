@@ -12,9 +12,15 @@ pub use rocks::RocksDbStateBackend;
 
 mod handle;
 mod ipc;
+mod keys;
+mod rescale;
+pub mod ttl;
 
 pub use handle::{RestoreSet, StateHandle, TaskState};
 pub use ipc::{decode_batch, encode_batch};
+pub use keys::{count_of, just_after, prefix_end};
+pub use rescale::copy_routed;
+pub use ttl::KeyExpiry;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -31,6 +37,9 @@ pub trait StateBackend: Send + Sync {
     fn write(&self, batch: WriteBatch) -> Result<()>;
     /// Entries with `start <= key < end`, in key order.
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// The first `limit` entries with `start <= key < end`, in key order.
+    fn scan_first(&self, start: &[u8], end: &[u8], limit: usize)
+        -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     /// The smallest key with `start <= key < end`, without reading values.
     fn first_key(&self, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Writes a consistent copy of the whole store to `dir` (which must not exist yet).
@@ -94,6 +103,20 @@ impl StateBackend for MemoryStateBackend {
         Ok(self
             .map()?
             .range::<[u8], _>(range(start, end))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn scan_first(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Ok(self
+            .map()?
+            .range::<[u8], _>(range(start, end))
+            .take(limit)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }

@@ -138,6 +138,25 @@ impl StateBackend for RocksDbStateBackend {
             .collect()
     }
 
+    fn scan_first(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut read = ReadOptions::default();
+        read.set_iterate_lower_bound(start.to_vec());
+        read.set_iterate_upper_bound(end.to_vec());
+        self.db
+            .iterator_opt(IteratorMode::Start, read)
+            .take(limit)
+            .map(|item| {
+                item.map(|(k, v)| (k.into_vec(), v.into_vec()))
+                    .map_err(|e| state_error("cannot read state store", &self.path, e))
+            })
+            .collect()
+    }
+
     fn first_key(&self, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut read = ReadOptions::default();
         read.set_iterate_lower_bound(start.to_vec());

@@ -62,6 +62,28 @@ pub struct JobSettings {
     /// keeps its result up to date even over bounded input.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub streaming: bool,
+    /// `window_emit = 'on_update'` when the job was created: window aggregates emit early.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub early_fire: bool,
+    /// `state_ttl` of the job (its WITH, else the session's when it was created).
+    #[serde(
+        default,
+        rename = "state_ttl_ms",
+        with = "optional_millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub state_ttl: Option<Duration>,
+}
+
+impl JobSettings {
+    /// The settings that change what the job's query computes.
+    pub fn modes(&self) -> crate::stream_plan::QueryModes {
+        crate::stream_plan::QueryModes {
+            streaming: self.streaming,
+            early_fire: self.early_fire,
+            state_ttl: self.state_ttl,
+        }
+    }
 }
 
 fn default_memory_budget() -> usize {
@@ -232,6 +254,8 @@ mod tests {
                 memory_budget: 1 << 20,
                 idle_timeout: Some(Duration::from_secs(10)),
                 streaming: false,
+                early_fire: false,
+                state_ttl: None,
             },
             base_dir: PathBuf::from("/work"),
             state: JobState::Stopped,

@@ -32,7 +32,7 @@ use crate::catalog::Catalog;
 use crate::context::{new_session_state, PlanningContext};
 use crate::error::{PlanError, Result};
 use crate::sql::{object_name, parse_statement, StatementText, Transaction, WeirStatement};
-use crate::stream_plan::{reads_tables, StreamPlanner};
+use crate::stream_plan::{reads_tables, QueryModes, StreamPlanner};
 use crate::{invalid, not_supported};
 
 /// Session settings (`SET name = value`).
@@ -62,10 +62,8 @@ pub struct SessionConfig {
     pub memory_budget: usize,
     /// `idle_timeout` of sources whose table sets none.
     pub idle_timeout: Option<Duration>,
-    /// `runtime_mode = 'streaming'`: a GROUP BY without a window keeps its result up to date
-    /// as rows arrive (an updating result) even over bounded input; `'auto'` (false)
-    /// computes it once at the end of bounded input.
-    pub streaming: bool,
+    /// `runtime_mode`, `window_emit` and `state_ttl`: what queries compute.
+    pub modes: QueryModes,
     /// `late_rows` of tables created from now on that set none (`{table}` stands for the
     /// table's name).
     pub late_rows: Option<String>,
@@ -88,7 +86,7 @@ impl Default for SessionConfig {
             resume_jobs: true,
             memory_budget: weir_engine::runtime::DEFAULT_MEMORY_BUDGET,
             idle_timeout: None,
-            streaming: false,
+            modes: QueryModes::default(),
             late_rows: None,
             file_root: None,
             client_params: BTreeMap::new(),
@@ -431,7 +429,7 @@ impl Session {
             self.state.execution_props(),
             self.config.parallelism,
         )
-        .with_streaming(self.config.streaming)
+        .with_modes(self.config.modes)
     }
 
     fn next_job_name(&mut self) -> String {

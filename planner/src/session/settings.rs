@@ -8,6 +8,19 @@ use crate::invalid;
 use crate::sql::ShowTarget;
 
 /// `'1s'`, `'100ms'`, `'10 seconds'`, `'2 min'`: a positive duration.
+/// `off` (or `none`, `0`): no TTL; otherwise a positive duration.
+pub(super) fn parse_state_ttl(value: &str) -> Result<Option<Duration>> {
+    let v = value.trim().trim_matches('\'').trim();
+    if ["off", "none", "0"].contains(&v.to_ascii_lowercase().as_str()) {
+        return Ok(None);
+    }
+    let d = parse_duration(v).map_err(|e| invalid!("state_ttl: {e}"))?;
+    if d.is_zero() {
+        return Ok(None);
+    }
+    Ok(Some(d))
+}
+
 pub(super) fn parse_duration(value: &str) -> Result<Duration> {
     weir_connectors::options::parse_duration(value).map_err(|e| invalid!("{e}"))
 }
@@ -178,8 +191,21 @@ impl Session {
             ),
             (
                 "runtime_mode",
-                if self.config.streaming { "streaming" } else { "auto" }.to_string(),
-                "auto: a GROUP BY without a window over bounded input gives its result once, at the end of input; streaming: it keeps the result up to date as rows arrive (an updating result with an op column: +I, -U, +U, -D), as over unbounded input",
+                if self.config.modes.streaming { "streaming" } else { "auto" }.to_string(),
+                "auto: a GROUP BY, join or Top-N without windows over bounded input gives its result once, at the end of input; streaming: it keeps the result up to date as rows arrive (an updating result with an op column: +I, -U, +U, -D), as over unbounded input",
+            ),
+            (
+                "window_emit",
+                if self.config.modes.early_fire { "on_update" } else { "on_close" }.to_string(),
+                "on_close: a window aggregate emits each window's row once, when the watermark passes its end; on_update: it emits partial results as rows arrive and replaces them (-U/+U) until the window closes (an updating result)",
+            ),
+            (
+                "state_ttl",
+                self.config
+                    .modes
+                    .state_ttl
+                    .map_or_else(|| "off".to_string(), format_duration),
+                "off: state of updating aggregates, regular joins and Top-N without windows is kept for ever (in RocksDB, beyond memory); a duration: a key not touched for that long (processing time) is dropped, which changes results (a key that comes back starts afresh); a sink's WITH (state_ttl = ...) sets its own",
             ),
             (
                 "late_rows",
@@ -230,7 +256,7 @@ impl Session {
             }
             "runtime_mode" => {
                 let v = value.trim().trim_matches('\'').trim().to_ascii_lowercase();
-                self.config.streaming = match v.as_str() {
+                self.config.modes.streaming = match v.as_str() {
                     "streaming" => true,
                     "auto" | "default" => false,
                     _ => {
@@ -239,6 +265,23 @@ impl Session {
                         ))
                     }
                 };
+                Ok(())
+            }
+            "window_emit" => {
+                let v = value.trim().trim_matches('\'').trim().to_ascii_lowercase();
+                self.config.modes.early_fire = match v.as_str() {
+                    "on_update" => true,
+                    "on_close" | "default" => false,
+                    _ => {
+                        return Err(invalid!(
+                            "window_emit must be 'on_close' or 'on_update', got '{value}'"
+                        ))
+                    }
+                };
+                Ok(())
+            }
+            "state_ttl" => {
+                self.config.modes.state_ttl = parse_state_ttl(value)?;
                 Ok(())
             }
             "late_rows" => {

@@ -13,7 +13,7 @@ use weir_connectors::{create_sink, Options, SinkContext};
 use weir_engine::JobGraph;
 use weir_engine::OperatorFactory;
 
-use super::settings::{parse_delivery, parse_duration};
+use super::settings::{parse_delivery, parse_duration, parse_state_ttl};
 use super::{text_rows, Session, SessionConfig, StatementResult};
 use crate::catalog::TableDef;
 use crate::error::{PlanError, Result};
@@ -186,13 +186,16 @@ impl Session {
             checkpoints_retained: self.config.checkpoints_retained,
             memory_budget: self.config.memory_budget,
             idle_timeout: self.config.idle_timeout,
-            streaming: self.config.streaming,
+            streaming: self.config.modes.streaming,
+            early_fire: self.config.modes.early_fire,
+            state_ttl: self.config.modes.state_ttl,
         };
         let mut rest = Vec::new();
         for (k, v) in options.drain(..) {
             match k.to_ascii_lowercase().as_str() {
                 "checkpoint_interval" => settings.checkpoint_interval = parse_duration(&v)?,
                 "delivery" => settings.exactly_once = parse_delivery(&v)?,
+                "state_ttl" => settings.state_ttl = parse_state_ttl(&v)?,
                 _ => rest.push((k, v)),
             }
         }
@@ -239,12 +242,15 @@ impl Session {
             StreamPlanner::new(&catalog, self.state.execution_props(), settings.parallelism)
                 .with_fixed_shape()
                 .with_delivery(settings.exactly_once)
-                .with_streaming(settings.streaming)
+                .with_modes(settings.modes())
                 .plan_query(&plan)?;
         let updating = planned.updating();
-        if let (Some(why), true, false) = (&updating, view, settings.exactly_once) {
+        let unique_key = planned.unique_key();
+        if let (Some(why), true, false, None) =
+            (&updating, view, settings.exactly_once, &unique_key)
+        {
             return Err(not_supported!(
-                "materialized view {name}: its query's result is updating ({why}), and a view applies each change once: delivery = 'at_least_once' would apply replayed changes again; use exactly_once"
+                "materialized view {name}: its query's result is updating ({why}) with no key that identifies its rows, so a view applies each change once: delivery = 'at_least_once' would apply replayed changes again; use exactly_once (or a query whose rows have a key: a GROUP BY's keys, a Top-N's partition and row number)"
             ));
         }
         // What the sink's rows hold: an updating result's start with their change kind.
@@ -262,6 +268,7 @@ impl Session {
                 },
                 exactly_once: settings.exactly_once,
                 updating: updating.is_some().then(|| Arc::clone(&relation)),
+                unique_key,
             })
         } else {
             let job_dir = self

@@ -20,6 +20,10 @@ use super::{arrow_schema, batch_schema, exprs_text, Stream, StreamPlanner};
 use crate::error::Result;
 use crate::{invalid, not_supported};
 
+/// Why an early-fire window aggregate's result is updating, for error messages.
+const EARLY_FIRE: &str =
+    "a window aggregate with window_emit = 'on_update', whose partial rows are replaced as windows fill";
+
 /// The GROUP BY list, split into the window and the other keys.
 struct GroupBy {
     /// Keys other than the window columns, evaluated on the input.
@@ -53,8 +57,21 @@ impl StreamPlanner<'_> {
         }
         let input_arrow = arrow_schema(&input.schema);
         let mut group_by = self.group_by(agg, &input)?;
-        if group_by.window.is_none() && (!input.bounded || input.updating || self.streaming) {
-            return self.plan_updating_aggregate(agg, input, group_by.keys);
+        if group_by.window.is_none()
+            && (!input.bounded || input.updating.is_some() || self.modes.streaming)
+        {
+            return self.plan_updating_aggregate(agg, input, group_by.keys, None);
+        }
+        if let (Some(window), true) = (group_by.window, self.modes.early_fire) {
+            // Early results: the window columns are group keys like the others, and the
+            // group's state goes when the watermark closes its window.
+            self.append_only(&input, "a window aggregate")?;
+            let keys = agg
+                .group_expr
+                .iter()
+                .map(|e| self.physical(e, &input.schema))
+                .collect::<Result<Vec<_>>>()?;
+            return self.plan_updating_aggregate(agg, input, keys, Some(window));
         }
         self.append_only(&input, "a window aggregate")?;
         let (aggregates, filters) = self.lower_aggregates(agg, &input, &input_arrow)?;
@@ -101,7 +118,8 @@ impl StreamPlanner<'_> {
             rowtime: vec![false; agg.schema.fields().len()],
             bounded: input.bounded,
             unordered: true,
-            updating: false,
+            updating: None,
+            unique_key: None,
         })
     }
 
@@ -113,6 +131,7 @@ impl StreamPlanner<'_> {
         agg: &Aggregate,
         input: Stream,
         keys: Vec<Arc<dyn PhysicalExpr>>,
+        window: Option<WindowColumn>,
     ) -> Result<Stream> {
         let groups = agg.group_expr.len();
         let aggregates = agg
@@ -124,15 +143,22 @@ impl StreamPlanner<'_> {
                 self.updating_aggregate(e, &input, output)
             })
             .collect::<Result<Vec<_>>>()?;
-        let input_arrow = batch_schema(&input.schema, input.updating);
+        let input_arrow = batch_schema(&input.schema, input.updating.is_some());
         let spec = GroupAggregateSpec {
             input_schema: arrow_schema(&input.schema),
-            input_updating: input.updating,
+            input_updating: input.updating.is_some(),
             keys: keys.clone(),
             aggregates,
             output_schema: arrow_schema(&agg.schema),
+            state_ttl: self.modes.state_ttl,
+            window,
             description: format!(
-                "GroupAggregate (updating): group by [{}], aggregates [{}]",
+                "GroupAggregate ({}): group by [{}], aggregates [{}]",
+                if window.is_some() {
+                    "updating, early results per window"
+                } else {
+                    "updating"
+                },
                 exprs_text(&agg.group_expr),
                 exprs_text(&agg.aggr_expr)
             ),
@@ -146,7 +172,13 @@ impl StreamPlanner<'_> {
             rowtime: vec![false; agg.schema.fields().len()],
             bounded: input.bounded,
             unordered: false,
-            updating: true,
+            updating: Some(if window.is_some() {
+                EARLY_FIRE
+            } else {
+                super::UPDATING_AGGREGATE
+            }),
+            // One row per group: the group columns come first.
+            unique_key: Some((0..groups).collect()),
         })
     }
 

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::common::{Column, DFSchema, ScalarValue};
+use datafusion::common::{Column, DFSchema, JoinType, ScalarValue};
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
     Between, BinaryExpr, Expr, ExprSchemable, Join, LogicalPlan, Operator, TableScan,
@@ -306,7 +306,16 @@ pub(super) fn judged_scans(plan: &LogicalPlan, catalog: &Catalog) -> HashSet<usi
     let mut judged = HashSet::new();
     let _ = plan.apply(|node| {
         if let LogicalPlan::Join(join) = node {
-            if let Some(c) = interval_condition(join) {
+            let pairs = matches!(
+                join.join_type,
+                JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full
+            );
+            // Both bounds, or a comparison of times that is not a constant interval (which
+            // the join refuses): the scans are then judged against their watermark.
+            let bounded = |c: &IntervalCondition| {
+                (c.lower.is_some() && c.upper.is_some()) || c.problem.is_some()
+            };
+            if let Some(c) = interval_condition(join).filter(|c| pairs && bounded(c)) {
                 for (side, column) in [(&join.left, &c.left), (&join.right, &c.right)] {
                     if let Some(scan) = watermark_scan(side, column, catalog) {
                         judged.insert(scan_id(scan));

@@ -68,20 +68,31 @@ impl StreamPlanner<'_> {
         let judged = [(left, &condition.left), (right, &condition.right)]
             .iter()
             .any(|(s, c)| s.schema.index_of_column(c).is_ok_and(|i| s.rowtime[i]));
+        // A condition that does not bound the times on both sides, or a semi / anti join,
+        // is not an interval join but a join with a filter: a regular join over unbounded
+        // input (as in Flink and RisingWave, keeping every row), run once at the end over
+        // bounded input. So is one whose times are not event times, unless a side's scan
+        // was already judged against its watermark for it ([`super::interval::judged_scans`]).
+        if !kind.pairs() {
+            return Ok(None);
+        }
+        if condition.lower.is_none() || condition.upper.is_none() {
+            // Event times compared by something that is not a constant interval: an interval
+            // join written wrong, more likely than a join meant to keep every row.
+            if let (true, Some(problem)) = (judged, &condition.problem) {
+                return Err(not_supported!(
+                    "interval join bounds must be constant intervals: {problem}"
+                ));
+            }
+            return Ok(None);
+        }
         let (ltime, rtime) = match times {
             (Some(l), Some(r)) => (l, r),
-            // Neither side's time is bounded by a watermark: over bounded input this is a
-            // plain join, run once at the end.
-            _ if left.bounded && right.bounded && !judged => return Ok(None),
+            _ if !judged => return Ok(None),
             (None, _) => return Err(not_event_time(&condition.left)),
             (_, None) => return Err(not_event_time(&condition.right)),
         };
         let (lower, upper) = bounds(&condition)?;
-        if !kind.pairs() {
-            return Err(not_supported!(
-                "EXISTS / IN with an interval condition (a semi or anti interval join); write it as an interval JOIN"
-            ));
-        }
         let merged = DFSchemaRef::new(left.schema.join(&right.schema)?);
         let filter = match &join.filter {
             Some(f) => Some(self.physical(f, &merged)?),
@@ -108,7 +119,8 @@ impl StreamPlanner<'_> {
             rowtime: vec![false; columns],
             bounded: left.bounded && right.bounded,
             unordered: true,
-            updating: false,
+            updating: None,
+            unique_key: None,
         }))
     }
 }
@@ -122,22 +134,13 @@ fn side(s: &Stream, keys: &[Arc<dyn PhysicalExpr>], time: EventTimeColumn) -> In
     }
 }
 
-/// Both bounds on `right - left`, or why the condition does not give them.
+/// Both bounds on `right - left`, checked.
 fn bounds(c: &IntervalCondition) -> Result<(i64, i64)> {
     let (Some(lower), Some(upper)) = (c.lower, c.upper) else {
-        if let Some(problem) = &c.problem {
-            return Err(not_supported!(
-                "interval join bounds must be constant intervals: {problem}"
-            ));
-        }
-        let missing = if c.lower.is_none() {
-            "a lower"
-        } else {
-            "an upper"
-        };
-        return Err(not_supported!(
-            "interval join of {} and {} without {missing} bound: a row would be kept forever; bound both sides, e.g. {} BETWEEN {} - INTERVAL '5' SECOND AND {} + INTERVAL '5' SECOND",
-            c.left, c.right, c.right, c.left, c.left
+        return Err(invalid!(
+            "interval join of {} and {} without both bounds",
+            c.left,
+            c.right
         ));
     };
     if lower > upper {

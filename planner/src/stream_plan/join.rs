@@ -1,7 +1,8 @@
 //! Planning window joins: both inputs behind a keyed exchange on the equality keys, joined per
 //! window by [`WindowJoinSpec`] when the watermark of both passes the window's end. A join
 //! without matching windows whose ON condition bounds the two sides' event times is an
-//! interval join (`interval_join.rs`).
+//! interval join (`interval_join.rs`); one without either over unbounded or updating inputs is
+//! a regular join (`stream_join.rs`).
 
 use std::sync::Arc;
 
@@ -35,23 +36,24 @@ impl StreamPlanner<'_> {
         let kind = join_kind(join)?;
         let left = self.plan(&join.left)?;
         let right = self.plan(&join.right)?;
-        self.append_only(&left, "JOIN")?;
-        self.append_only(&right, "JOIN")?;
         let keys = self.join_keys(join, &left, &right)?;
         let bounded = left.bounded && right.bounded;
+        let updating = left.updating.is_some() || right.updating.is_some();
         if keys.windows.is_none() {
-            if let Some(stream) = self.plan_interval_join(join, kind, &left, &right, &keys)? {
-                return Ok(stream);
+            if !updating {
+                if let Some(stream) = self.plan_interval_join(join, kind, &left, &right, &keys)? {
+                    return Ok(stream);
+                }
+            }
+            if !bounded || updating || self.modes.streaming {
+                return self.plan_stream_join(join, kind, &left, &right, &keys);
             }
         }
+        self.append_only(&left, "JOIN")?;
+        self.append_only(&right, "JOIN")?;
         if join.on.is_empty() {
             return Err(not_supported!(
                 "JOIN without an equality condition between the two sides (a window join matches window_start / window_end and keys with =; an interval join bounds both sides' event times, e.g. b.ts BETWEEN a.ts - INTERVAL '5' SECOND AND a.ts)"
-            ));
-        }
-        if keys.windows.is_none() && !bounded {
-            return Err(not_supported!(
-                "JOIN of unbounded streams without matching windows: join windowed relations ON l.window_start = r.window_start AND l.window_end = r.window_end (windows of the same size) AND keys"
             ));
         }
         let out_windows = output_windows(kind, &left, &right);
@@ -92,7 +94,8 @@ impl StreamPlanner<'_> {
             windows: out_windows,
             bounded,
             unordered: true,
-            updating: false,
+            updating: None,
+            unique_key: None,
         })
     }
 

@@ -374,7 +374,8 @@ impl StreamPlanner<'_> {
             rowtime,
             bounded,
             unordered: false,
-            updating: false,
+            updating: None,
+            unique_key: None,
         })
     }
 

@@ -1,6 +1,7 @@
-//! Planning window Top-N and deduplication: a filter on `ROW_NUMBER() OVER (PARTITION BY
+//! Planning Top-N and deduplication: a filter on `ROW_NUMBER() OVER (PARTITION BY
 //! window_start, window_end [, keys] ORDER BY ...)` becomes a [`WindowTopNSpec`] behind a
-//! keyed exchange on the partition keys (or, without any, on the window column).
+//! keyed exchange on the partition keys (or, without any, on the window column); without the
+//! window columns, a [`TopNSpec`] keyed by the partition keys.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,13 +14,13 @@ use datafusion::logical_expr::{
     Between, BinaryExpr, Expr, Filter, LogicalPlan, Operator, Projection, Window,
 };
 use datafusion::physical_expr::PhysicalExpr;
-use weir_engine::operators::{WindowColumn, WindowEdge, WindowTopNSpec};
+use weir_engine::operators::{TopNSpec, WindowColumn, WindowEdge, WindowTopNSpec};
 
 use super::{arrow_schema, exprs_text, Stream, StreamPlanner};
 use crate::error::Result;
 use crate::{invalid, not_supported};
 
-const USAGE: &str = "a window Top-N is ROW_NUMBER() OVER (PARTITION BY window_start, window_end [, keys] ORDER BY ...) filtered by rownum <= N (or < N, = N, BETWEEN a AND b)";
+const USAGE: &str = "a Top-N is ROW_NUMBER() OVER ([PARTITION BY [window_start, window_end,] keys] ORDER BY ...) filtered by rownum <= N (or < N, = N, BETWEEN a AND b)";
 
 /// The row numbers a filter keeps: `first..=last`.
 struct Kept {
@@ -66,7 +67,6 @@ impl StreamPlanner<'_> {
         let number = Column::from(window.schema.qualified_field(fields - 1));
         let kept = kept_rows(predicate, &number)?;
         let input = self.plan(&window.input)?;
-        self.append_only(&input, "a Top-N")?;
         let mut keys: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         let mut windows: Vec<WindowColumn> = Vec::new();
         for e in &params.partition_by {
@@ -87,8 +87,11 @@ impl StreamPlanner<'_> {
             .iter()
             .find(|w| w.bound.edge == WindowEdge::End)
             .or_else(|| windows.first())
-            .copied()
-            .ok_or_else(|| invalid!("{expr} is not partitioned by a window: {USAGE}"))?;
+            .copied();
+        let Some(window_column) = window_column else {
+            return self.plan_group_top_n(input, keys, window, &kept);
+        };
+        self.append_only(&input, "a window Top-N")?;
         let input_arrow = arrow_schema(&input.schema);
         let spec = WindowTopNSpec {
             input_schema: Arc::clone(&input_arrow),
@@ -122,10 +125,109 @@ impl StreamPlanner<'_> {
             windows: out_windows,
             bounded: input.bounded,
             unordered: true,
-            updating: false,
+            updating: None,
+            unique_key: None,
         })
     }
 }
+
+impl StreamPlanner<'_> {
+    /// A Top-N without windows: over unbounded or updating input (or in streaming mode) an
+    /// updating result, kept as rows come and go; over bounded input, the final rows once, at
+    /// the end. Without ORDER BY over an append-only input, the first rows to arrive.
+    fn plan_group_top_n(
+        &mut self,
+        input: Stream,
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+        window: &Window,
+        kept: &Kept,
+    ) -> Result<Stream> {
+        let Expr::WindowFunction(function) = unalias(&window.window_expr[0]) else {
+            return Err(invalid!("a Top-N without its ROW_NUMBER()"));
+        };
+        let params = &function.params;
+        let input_updating = input.updating.is_some();
+        let at_end = input.bounded && !input_updating && !self.modes.streaming;
+        let ordered = !params.order_by.is_empty();
+        let updating = TopNSpec::updates(input_updating, ordered, at_end);
+        let input_arrow = arrow_schema(&input.schema);
+        let spec = TopNSpec {
+            input_schema: Arc::clone(&input_arrow),
+            input_updating,
+            keys: keys.clone(),
+            order: self.sort_exprs(&params.order_by, &input.schema)?,
+            first: kept.first.clamp(1, u64::MAX as i128) as u64,
+            last: kept.last.clamp(0, u64::MAX as i128) as u64,
+            at_end,
+            output_schema: arrow_schema(&window.schema),
+            state_ttl: self.modes.state_ttl.filter(|_| !at_end),
+            description: format!(
+                "TopN ({}): row_number() partition by [{}] order by [{}], rows {}..={}",
+                if updating {
+                    "updating"
+                } else if at_end {
+                    "at end of input"
+                } else {
+                    "first rows to arrive"
+                },
+                exprs_text(&params.partition_by),
+                params
+                    .order_by
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                kept.first.max(1),
+                kept.last
+            ),
+        };
+        if spec.last < spec.first {
+            return Err(invalid!(
+                "the filter on the row number keeps no rows ({}..={}); {USAGE}",
+                kept.first,
+                kept.last
+            ));
+        }
+        // One row per partition and number (per partition alone when only the first is
+        // kept), when the partition keys are columns.
+        let partition_columns = params
+            .partition_by
+            .iter()
+            .map(|e| match e.clone().unalias() {
+                Expr::Column(c) => input.schema.index_of_column(&c).ok(),
+                _ => None,
+            })
+            .collect::<Option<Vec<usize>>>();
+        let unique_key = partition_columns.map(|mut key| {
+            if spec.last > 1 {
+                key.push(columns_of(window) - 1);
+            }
+            key
+        });
+        let input_stage_schema = super::batch_schema(&input.schema, input_updating);
+        let stage = self.keyed_stage(&input, keys, None, &input_stage_schema, "top-n");
+        self.stages[stage].chain.push(Arc::new(spec));
+        let columns = window.schema.fields().len();
+        Ok(Stream {
+            stage,
+            schema: window.schema.clone(),
+            rowtime: vec![false; columns],
+            windows: vec![None; columns],
+            bounded: input.bounded,
+            unordered: true,
+            updating: updating.then_some(input.updating.unwrap_or(UPDATING_TOP_N)),
+            unique_key,
+        })
+    }
+}
+
+fn columns_of(window: &Window) -> usize {
+    window.schema.fields().len()
+}
+
+/// Why a Top-N's result is updating, for error messages.
+const UPDATING_TOP_N: &str =
+    "a Top-N without windows over an unbounded input, whose top rows change";
 
 /// `predicate` over the output of projection `p`, rewritten over `p`'s input.
 fn below_projection(predicate: &Expr, p: &Projection) -> Result<Expr> {

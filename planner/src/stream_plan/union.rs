@@ -89,7 +89,8 @@ impl StreamPlanner<'_> {
             bounded: inputs.iter().all(|s| s.bounded),
             // Rows of the inputs interleave as they arrive.
             unordered: true,
-            updating: false,
+            updating: None,
+            unique_key: None,
         })
     }
 

@@ -9,12 +9,37 @@ pub mod process;
 pub mod reference;
 pub mod wire;
 
+use std::collections::BTreeMap;
+
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use sqllogictest::{DBOutput, DefaultColumnType};
 use weir_planner::display::batch_rows;
 use weir_planner::sql::{split_statements, StatementText};
 use weir_planner::{PlanError, Session, SessionConfig, StatementResult};
+
+/// Applies changelog rows (`op` first) in order to a multiset of result rows; a retraction
+/// must remove a row that is there. Returns the rows left, sorted.
+pub fn apply_changelog(rows: &[Vec<String>]) -> Vec<Vec<String>> {
+    let mut table: BTreeMap<Vec<String>, i64> = BTreeMap::new();
+    for row in rows {
+        let (op, values) = row.split_first().expect("an op column");
+        let n = table.entry(values.to_vec()).or_default();
+        match op.as_str() {
+            "+I" | "+U" => *n += 1,
+            "-U" | "-D" => {
+                assert!(*n > 0, "{op} of {values:?}, which is not in the result");
+                *n -= 1;
+            }
+            other => panic!("unknown change kind {other}"),
+        }
+    }
+    let mut out = Vec::new();
+    for (row, n) in table {
+        out.extend(std::iter::repeat_n(row, n as usize));
+    }
+    out
+}
 
 /// A fresh in-memory session at the given parallelism.
 pub fn session(parallelism: usize) -> Session {

@@ -3,6 +3,7 @@
 //! ```text
 //! g | group row                                  -> rows: i64, then per aggregate n: i64, v: i128
 //! m | len(group row): u32 | group row | agg: u8 | value row -> count: i64
+//! e | window end: 8 bytes, ordered | group row     -> ()      (early-fire windows)
 //! ```
 //!
 //! A group row is the arrow row encoding of the group keys (bytes that compare like the
@@ -15,15 +16,15 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::ArrayRef;
-use datafusion::arrow::row::{RowConverter, Rows};
+use datafusion::arrow::row::RowConverter;
 
 use crate::error::{EngineError, Result};
-use crate::runtime::partition_of_rows;
-use crate::state::{StateBackend, StateHandle, WriteBatch};
+use crate::message::EventTime;
+use crate::state::{copy_routed, StateBackend, StateHandle};
 
 pub(super) const GROUP_TAG: u8 = b'g';
 pub(super) const MULTISET_TAG: u8 = b'm';
+pub(super) const WINDOW_TAG: u8 = b'e';
 
 /// One aggregate's running state.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -125,6 +126,29 @@ impl Keys<'_> {
         self.handle.key(&suffix)
     }
 
+    /// The entry that closes `group` when the watermark passes `end` (early-fire windows).
+    pub fn window(&self, end: EventTime, group: &[u8]) -> Vec<u8> {
+        let mut suffix = Vec::with_capacity(9 + group.len());
+        suffix.push(WINDOW_TAG);
+        suffix.extend_from_slice(&ordered(end));
+        suffix.extend_from_slice(group);
+        self.handle.key(&suffix)
+    }
+
+    /// The entries of the windows ending at or before `watermark`.
+    pub fn windows_until(&self, watermark: EventTime) -> (Vec<u8>, Vec<u8>) {
+        let start = self.handle.key(&[WINDOW_TAG]);
+        let end = match watermark.checked_add(1) {
+            Some(next) => {
+                let mut suffix = vec![WINDOW_TAG];
+                suffix.extend_from_slice(&ordered(next));
+                self.handle.key(&suffix)
+            }
+            None => self.handle.key(&[WINDOW_TAG + 1]),
+        };
+        (start, end)
+    }
+
     /// Every multiset entry of `group`: `[start, end)`.
     pub fn group_multisets(&self, group: &[u8]) -> (Vec<u8>, Vec<u8>) {
         let start = self.multiset(group, 0);
@@ -135,36 +159,17 @@ impl Keys<'_> {
     }
 }
 
-/// The next key after every key starting with `prefix` (prefixes here never end in 0xff).
-pub(super) fn range_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    if let Some(last) = end.last_mut() {
-        *last = last.wrapping_add(1);
-    }
-    end
-}
-
-/// The end of the range holding exactly `key`: the smallest longer key.
-pub(super) fn just_after(key: &[u8]) -> Vec<u8> {
-    let mut end = Vec::with_capacity(key.len() + 1);
-    end.extend_from_slice(key);
-    end.push(0);
-    end
-}
-
-pub(super) fn count_of(bytes: &[u8]) -> i64 {
-    let mut b = [0u8; 8];
-    if bytes.len() == 8 {
-        b.copy_from_slice(bytes);
-    }
-    i64::from_le_bytes(b)
+/// An event time as bytes that sort like it.
+fn ordered(t: EventTime) -> [u8; 8] {
+    ((t as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 /// The group row a stored key (without the handle's prefix) belongs to.
-fn group_of(suffix: &[u8]) -> Result<&[u8]> {
+pub(super) fn group_of(suffix: &[u8]) -> Result<&[u8]> {
     let bad = || EngineError::State("aggregate state key is malformed".into());
     match suffix.first() {
         Some(&GROUP_TAG) => Ok(&suffix[1..]),
+        Some(&WINDOW_TAG) => suffix.get(9..).ok_or_else(bad),
         Some(&MULTISET_TAG) => {
             let len: [u8; 4] = suffix
                 .get(1..5)
@@ -179,7 +184,7 @@ fn group_of(suffix: &[u8]) -> Result<&[u8]> {
 
 /// After a restart at another parallelism: copies the entries of every old instance's store
 /// whose group routes to `instance` (by the keyed exchange's hash of the group keys) into the
-/// working store. Without keys the operator runs as one instance, which takes everything.
+/// working store.
 pub(super) fn restore_repartitioned(
     handle: &StateHandle,
     old: &[Arc<dyn StateBackend>],
@@ -187,38 +192,7 @@ pub(super) fn restore_repartitioned(
     instance: usize,
     parallelism: usize,
 ) -> Result<()> {
-    const CHUNK: usize = 4096;
-    let store = handle.store()?;
-    let (start, end) = handle.all();
-    let skip = handle.prefix_len();
-    for source in old {
-        let entries = source.scan(&start, &end)?;
-        for chunk in entries.chunks(CHUNK) {
-            let keep: Vec<bool> = match converter {
-                None => vec![instance == 0; chunk.len()],
-                Some(converter) => {
-                    let parser = converter.parser();
-                    let mut rows: Rows = converter.empty_rows(chunk.len(), 64);
-                    for (k, _) in chunk {
-                        rows.push(parser.parse(group_of(&k[skip..])?));
-                    }
-                    let columns: Vec<ArrayRef> = converter.convert_rows(rows.iter())?;
-                    partition_of_rows(&columns, parallelism)?
-                        .into_iter()
-                        .map(|to| to as usize == instance)
-                        .collect()
-                }
-            };
-            let mut batch = WriteBatch::default();
-            for ((k, v), keep) in chunk.iter().zip(keep) {
-                if keep {
-                    batch.puts.push((k.clone(), v.clone()));
-                }
-            }
-            store.write(batch)?;
-        }
-    }
-    Ok(())
+    copy_routed(handle, old, converter, group_of, instance, parallelism)
 }
 
 #[cfg(test)]

@@ -36,6 +36,10 @@ fn input_schema() -> SchemaRef {
 /// ```
 /// (without `k` in the GROUP BY when `keyed` is false).
 fn aggregate(keyed: bool) -> OperatorUnderTest {
+    aggregate_with_ttl(keyed, None)
+}
+
+fn aggregate_with_ttl(keyed: bool, state_ttl: Option<std::time::Duration>) -> OperatorUnderTest {
     let schema = input_schema();
     let v = || col("v", 1);
     let agg = |kind, arg, output| UpdatingAggregate {
@@ -81,6 +85,8 @@ fn aggregate(keyed: bool) -> OperatorUnderTest {
         keys: keys.clone(),
         aggregates,
         output_schema: Arc::new(Schema::new(out)),
+        state_ttl,
+        window: None,
         description: String::new(),
     };
     let routing = if keyed {
@@ -269,4 +275,33 @@ fn restores_at_other_parallelisms_continue_the_same_changelog() {
     check(true, 5, 1, &[(20, 3), (40, 2)]);
     check(true, 6, 3, &[(15, 1), (30, 3), (45, 3)]);
     check(false, 7, 1, &[(20, 1), (40, 1)]);
+}
+
+#[test]
+fn a_group_not_touched_for_the_state_ttl_starts_afresh() {
+    let ttl = std::time::Duration::from_millis(300);
+    let op = aggregate_with_ttl(true, Some(ttl));
+    let mut h = op.start(1).unwrap();
+    let row = |k: i64, v: i64| ((k, Some(v), "n".to_string()), Op::Insert);
+    h.batch(0, batch(&[row(1, 5), row(1, 7), row(2, 1)]))
+        .unwrap();
+    let mut table = BTreeMap::new();
+    apply(&mut table, &h.take_output());
+    assert_eq!(table["1"][1], "2", "count of group 1: {table:?}");
+    std::thread::sleep(ttl + std::time::Duration::from_millis(200));
+    // Group 1 expired without a retraction; its next row starts a new group (+I, count 1),
+    // which a consumer applying the changelog sees on top of the old row.
+    h.batch(0, batch(&[row(1, 9)])).unwrap();
+    let out = h.take_output();
+    let ops = changelog::ops(&out[0]).unwrap();
+    assert_eq!(out[0].num_rows(), 1);
+    assert_eq!(Op::from_code(ops.value(0)).unwrap(), Op::Insert);
+    let rel = changelog::relation(&out[0]).unwrap();
+    let count = rel
+        .column(1)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap()
+        .value(0);
+    assert_eq!(count, 1, "a fresh group after the state TTL");
 }

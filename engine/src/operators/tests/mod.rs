@@ -7,6 +7,8 @@ mod group_aggregate;
 mod interval_join;
 mod partition;
 mod session_window;
+mod stream_join;
+mod top_n;
 mod window_aggregate;
 mod window_join;
 mod window_top_n;

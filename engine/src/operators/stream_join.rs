@@ -1,0 +1,560 @@
+//! `StreamJoinOperator`: a regular join (no windows, no time bounds) of two unbounded or
+//! updating streams, whose result changes as either side changes (DESIGN.md §8; Flink's
+//! `StreamingJoinOperator`, RisingWave's `HashJoin`).
+//!
+//! - input: both sides routed by the keyed exchange on their equality keys, append-only or
+//!   updating (`+I`/`+U` add a row, `-U`/`-D` take one away).
+//! - state: every live row of both sides, in the task's store by join key ([`state`] has the
+//!   layout), written through after each batch; memory holds only the batch's keys. A batch
+//!   of one side reads the other side's rows of its keys with one scan per key. Restored in
+//!   place, or at another parallelism by copying the rows whose key routes to this instance.
+//! - output: for each row added to (taken from) one side, a `+I` (`-D`) of it joined with
+//!   every matching row of the other side (passing the ON condition's non-equality part).
+//!   An outer join pads a preserved row without matches with NULLs, and replaces that padded
+//!   row (`-D`, then `+I` of the pairs) when its first match arrives, and back when its last
+//!   match leaves. A semi (anti) join emits a row of its side while it has (has no) matches.
+//!   Inner and semi joins of append-only inputs only ever insert: their output is
+//!   append-only (no change-kind column); every other join's output is updating.
+//! - rows whose key holds a NULL never match (SQL's `=`), but an outer join still emits them
+//!   padded.
+//! - with `state_ttl`, a join key not touched for that long (processing time) loses both
+//!   sides' rows, without retractions ([`crate::state::ttl`]).
+//! - watermarks pass through (the output has no event-time column of its own); at end of
+//!   input nothing is left to emit.
+
+mod state;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::{new_null_array, Array, ArrayRef, Int8Array, UInt32Array};
+use datafusion::arrow::compute::{cast, interleave, take};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::changelog::{self, Op};
+use crate::error::{EngineError, Result};
+use crate::graph::{OperatorFactory, TaskInfo};
+use crate::operator::{Operator, Output};
+use crate::operators::group_aggregate::EXPIRE_PER_BATCH;
+use crate::operators::JoinKind;
+use crate::state::ttl::now_ms;
+use crate::state::{
+    copy_routed, just_after, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch,
+};
+use state::{key_of, key_prefix, split, Entry};
+
+/// The tags of the two sides' parts of the operator's key range.
+const SIDE_TAGS: [u8; 2] = [b'l', b'r'];
+
+/// Candidate pairs whose ON condition is evaluated in one go.
+const PAIRS_PER_FILTER: usize = 65_536;
+
+/// One input of a [`StreamJoinSpec`].
+#[derive(Debug, Clone)]
+pub struct StreamJoinSide {
+    /// The relation this side carries (without change kinds).
+    pub schema: SchemaRef,
+    /// Whether its batches are an updating stream's (end in the change-kind column).
+    pub updating: bool,
+    /// Equality keys evaluated on this side, coerced to one type per pair; the i-th keys of
+    /// the two sides are compared, and the exchange routes rows by them.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+}
+
+/// The plan node of a regular streaming join.
+#[derive(Debug, Clone)]
+pub struct StreamJoinSpec {
+    pub kind: JoinKind,
+    pub left: StreamJoinSide,
+    pub right: StreamJoinSide,
+    /// The ON condition beyond the equality keys, over `joined_schema`.
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// Left columns then right columns (nullable where an outer join pads).
+    pub joined_schema: SchemaRef,
+    /// The output relation: `joined_schema`'s columns, or one side's for semi / anti joins.
+    pub output_schema: SchemaRef,
+    /// Drop a join key's rows (both sides) when it is not touched for this long.
+    pub state_ttl: Option<Duration>,
+    pub description: String,
+}
+
+impl StreamJoinSpec {
+    /// Whether a `kind` join of inputs of these kinds has an updating result: every join but
+    /// an inner or semi join of append-only inputs retracts rows it emitted.
+    pub fn updates(kind: JoinKind, left_updating: bool, right_updating: bool) -> bool {
+        left_updating
+            || right_updating
+            || !matches!(
+                kind,
+                JoinKind::Inner | JoinKind::LeftSemi | JoinKind::RightSemi
+            )
+    }
+
+    fn output_updating(&self) -> bool {
+        Self::updates(self.kind, self.left.updating, self.right.updating)
+    }
+
+    fn side(&self, side: usize) -> &StreamJoinSide {
+        if side == 0 {
+            &self.left
+        } else {
+            &self.right
+        }
+    }
+
+    /// Whether rows of `side` are kept in the output padded with NULLs while unmatched.
+    fn preserves(&self, side: usize) -> bool {
+        matches!(
+            (self.kind, side),
+            (JoinKind::Full, _) | (JoinKind::Left, 0) | (JoinKind::Right, 1)
+        )
+    }
+
+    /// The side a semi or anti join emits, and whether it is a semi join.
+    fn emitted(&self) -> Option<(usize, bool)> {
+        match self.kind {
+            JoinKind::LeftSemi => Some((0, true)),
+            JoinKind::LeftAnti => Some((0, false)),
+            JoinKind::RightSemi => Some((1, true)),
+            JoinKind::RightAnti => Some((1, false)),
+            _ => None,
+        }
+    }
+}
+
+impl OperatorFactory for StreamJoinSpec {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn create(&self, task: &TaskInfo) -> Result<Box<dyn Operator>> {
+        if self.left.keys.is_empty() || self.left.keys.len() != self.right.keys.len() {
+            return Err(EngineError::Internal(
+                "a streaming join needs as many equality keys on each side, at least one".into(),
+            ));
+        }
+        let key_fields = self
+            .left
+            .keys
+            .iter()
+            .map(|k| Ok(SortField::new(k.data_type(&self.left.schema)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let keys = RowConverter::new(key_fields)?;
+        let rows = |schema: &SchemaRef| {
+            RowConverter::new(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| SortField::new(f.data_type().clone()))
+                    .collect(),
+            )
+        };
+        let handles = [task.state.sub(SIDE_TAGS[0]), task.state.sub(SIDE_TAGS[1])];
+        if let Some(restore) = task.state.restore() {
+            if let Some((instance, parallelism)) = restore.repartition {
+                // Both sides' rows (and the expiry entries) route by their join key.
+                copy_routed(
+                    &task.state,
+                    &restore.stores,
+                    Some(&keys),
+                    |suffix| key_of(suffix.get(1..).unwrap_or_default()),
+                    instance,
+                    parallelism,
+                )?;
+            }
+        }
+        let relation = Arc::clone(&self.output_schema);
+        let output_schema = if self.output_updating() {
+            changelog::with_op_field(&relation)
+        } else {
+            relation
+        };
+        Ok(Box::new(StreamJoinOperator {
+            expiry: self.state_ttl.map(|ttl| KeyExpiry::new(&task.state, ttl)),
+            spec: self.clone(),
+            rows: [rows(&self.left.schema)?, rows(&self.right.schema)?],
+            handles,
+            keys,
+            output_schema,
+        }))
+    }
+}
+
+/// A running regular join (see the module doc).
+pub struct StreamJoinOperator {
+    spec: StreamJoinSpec,
+    /// Per side: its part of the task's store.
+    handles: [StateHandle; 2],
+    /// Encodes join keys (both sides alike).
+    keys: RowConverter,
+    /// Per side: encodes its whole rows.
+    rows: [RowConverter; 2],
+    output_schema: SchemaRef,
+    /// With `state_ttl`: when join keys were last touched.
+    expiry: Option<KeyExpiry>,
+}
+
+/// One output row: the input row (of the batch's side), the stored row of the other side
+/// (an index into the batch's [`Other`] entries), either missing where padded, and its kind.
+type Emit = (Option<usize>, Option<usize>, Op);
+
+/// The other side's stored rows of the batch's keys.
+struct Other {
+    entries: Vec<Entry>,
+    /// Their rows, decoded.
+    batch: RecordBatch,
+    /// For each input row, the range of `entries` with its key (empty for a NULL key).
+    ranges: Vec<(usize, usize)>,
+}
+
+impl StreamJoinOperator {
+    /// Reads the other side's rows of every key in the batch.
+    fn other_rows(
+        &self,
+        other: usize,
+        key_rows: &Rows,
+        null_key: &[bool],
+        store: &dyn StateBackend,
+    ) -> Result<Other> {
+        let handle = &self.handles[other];
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut seen: HashMap<&[u8], (usize, usize)> = HashMap::new();
+        let mut ranges = Vec::with_capacity(null_key.len());
+        for (r, &null) in null_key.iter().enumerate() {
+            if null {
+                ranges.push((0, 0));
+                continue;
+            }
+            let key = key_rows.row(r).data();
+            if let Some(range) = seen.get(key) {
+                ranges.push(*range);
+                continue;
+            }
+            let start = entries.len();
+            let prefix = key_prefix(handle, key);
+            for (k, v) in store.scan(&prefix, &prefix_end(&prefix))? {
+                entries.push(Entry::new(k, Some(&v))?);
+            }
+            seen.insert(key, (start, entries.len()));
+            ranges.push((start, entries.len()));
+        }
+        let converter = &self.rows[other];
+        let parser = converter.parser();
+        let skip = handle.prefix_len();
+        let stored = entries
+            .iter()
+            .map(|e| Ok(parser.parse(split(&e.key[skip..])?.1)))
+            .collect::<Result<Vec<_>>>()?;
+        let schema = Arc::clone(&self.spec.side(other).schema);
+        let batch = if stored.is_empty() {
+            RecordBatch::new_empty(schema)
+        } else {
+            RecordBatch::try_new(schema, converter.convert_rows(stored)?)?
+        };
+        Ok(Other {
+            entries,
+            batch,
+            ranges,
+        })
+    }
+
+    /// For each input row, the other side's entries it joins with: offsets into the
+    /// returned list (row `r`'s are `offsets[r]..offsets[r + 1]`).
+    fn matches(
+        &self,
+        side: usize,
+        rel: &RecordBatch,
+        o: &Other,
+    ) -> Result<(Vec<usize>, Vec<usize>)> {
+        let mut offsets = Vec::with_capacity(rel.num_rows() + 1);
+        offsets.push(0);
+        let Some(filter) = &self.spec.filter else {
+            let mut list = Vec::new();
+            for &(s, e) in &o.ranges {
+                list.extend(s..e);
+                offsets.push(list.len());
+            }
+            return Ok((offsets, list));
+        };
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        for (r, &(s, e)) in o.ranges.iter().enumerate() {
+            pairs.extend((s..e).map(|j| (r as u32, j as u32)));
+        }
+        let mut pass = Vec::with_capacity(pairs.len());
+        for chunk in pairs.chunks(PAIRS_PER_FILTER) {
+            let mine = UInt32Array::from_iter_values(chunk.iter().map(|p| p.0));
+            let theirs = UInt32Array::from_iter_values(chunk.iter().map(|p| p.1));
+            let a = take_all(rel, &mine)?;
+            let b = take_all(&o.batch, &theirs)?;
+            let columns = if side == 0 { [a, b] } else { [b, a] }.concat();
+            let joined = RecordBatch::try_new_with_options(
+                Arc::clone(&self.spec.joined_schema),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(chunk.len())),
+            )?;
+            let result = filter.evaluate(&joined)?.into_array(chunk.len())?;
+            let result = result
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::BooleanArray>()
+                .ok_or_else(|| {
+                    EngineError::Internal("join filter did not return booleans".into())
+                })?;
+            pass.extend((0..chunk.len()).map(|i| result.is_valid(i) && result.value(i)));
+        }
+        let mut list = Vec::new();
+        let mut at = 0;
+        for &(s, e) in &o.ranges {
+            for j in s..e {
+                if pass[at] {
+                    list.push(j);
+                }
+                at += 1;
+            }
+            offsets.push(list.len());
+        }
+        Ok((offsets, list))
+    }
+
+    /// The output rows of the batch, in order, updating both sides' entries.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &self,
+        side: usize,
+        signs: &[i64],
+        mine: &mut [Entry],
+        row_entry: &[usize],
+        o: &mut Other,
+        offsets: &[usize],
+        list: &[usize],
+    ) -> Vec<Emit> {
+        let mut emits: Vec<Emit> = Vec::new();
+        let other = 1 - side;
+        let emitted = self.spec.emitted();
+        for (r, &s) in signs.iter().enumerate() {
+            let entry = &mut mine[row_entry[r]];
+            if s < 0 && entry.count <= 0 {
+                // A retraction of a row that is not there: nothing to take back.
+                continue;
+            }
+            let matched = &list[offsets[r]..offsets[r + 1]];
+            let m: i64 = matched.iter().map(|&j| o.entries[j].count).sum();
+            entry.count += s;
+            if s > 0 {
+                entry.matches = m;
+            }
+            entry.dirty = true;
+            let op = if s > 0 { Op::Insert } else { Op::Delete };
+            let copies = |e: &Entry| e.count.max(0) as usize;
+            match emitted {
+                None => {
+                    let pads = self.spec.preserves(other);
+                    for &j in matched {
+                        let e = &mut o.entries[j];
+                        let before = e.matches;
+                        if pads {
+                            e.matches += s;
+                            e.dirty = true;
+                        }
+                        let n = copies(e);
+                        if pads && s > 0 && before == 0 {
+                            emits.extend(std::iter::repeat_n((None, Some(j), Op::Delete), n));
+                        }
+                        emits.extend(std::iter::repeat_n((Some(r), Some(j), op), n));
+                        if pads && s < 0 && e.matches == 0 {
+                            emits.extend(std::iter::repeat_n((None, Some(j), Op::Insert), n));
+                        }
+                    }
+                    if self.spec.preserves(side) && m == 0 {
+                        emits.push((Some(r), None, op));
+                    }
+                }
+                Some((out, semi)) if out == side => {
+                    if (m > 0) == semi {
+                        emits.push((Some(r), None, op));
+                    }
+                }
+                Some((_, semi)) => {
+                    for &j in matched {
+                        let e = &mut o.entries[j];
+                        let before = e.matches;
+                        e.matches += s;
+                        e.dirty = true;
+                        let (enters, leaves) = (s > 0 && before == 0, s < 0 && e.matches == 0);
+                        let flip = match (enters, leaves) {
+                            (true, _) => Some(if semi { Op::Insert } else { Op::Delete }),
+                            (_, true) => Some(if semi { Op::Delete } else { Op::Insert }),
+                            _ => None,
+                        };
+                        if let Some(op) = flip {
+                            emits.extend(std::iter::repeat_n((None, Some(j), op), copies(e)));
+                        }
+                    }
+                }
+            }
+        }
+        emits
+    }
+
+    /// With `state_ttl`: drops both sides' rows of the keys not touched for that long
+    /// (nothing is emitted).
+    fn expire(&self, store: &dyn StateBackend, now: u64) -> Result<()> {
+        let Some(expiry) = &self.expiry else {
+            return Ok(());
+        };
+        let mut writes = WriteBatch::default();
+        for key in expiry.expired(store, now, EXPIRE_PER_BATCH, &mut writes)? {
+            for handle in &self.handles {
+                let prefix = key_prefix(handle, &key);
+                let end = prefix_end(&prefix);
+                writes.delete_ranges.push((prefix, end));
+            }
+        }
+        store.write(writes)
+    }
+
+    /// The output batch of `emits`.
+    fn output(
+        &self,
+        side: usize,
+        rel: &RecordBatch,
+        o: &Other,
+        emits: &[Emit],
+    ) -> Result<RecordBatch> {
+        // Columns of one side: its rows where present, NULL where padded.
+        let columns_of = |source: &RecordBatch, pick: &dyn Fn(&Emit) -> Option<usize>| {
+            let indices: Vec<(usize, usize)> = emits
+                .iter()
+                .map(|e| pick(e).map_or((1, 0), |i| (0, i)))
+                .collect();
+            source
+                .columns()
+                .iter()
+                .map(|c| {
+                    let null = new_null_array(c.data_type(), 1);
+                    Ok(interleave(&[c.as_ref(), null.as_ref()], &indices)?)
+                })
+                .collect::<Result<Vec<ArrayRef>>>()
+        };
+        let input_side = columns_of(rel, &|e| e.0)?;
+        let other_side = || columns_of(&o.batch, &|e| e.1);
+        let mut columns = match self.spec.emitted() {
+            None if side == 0 => [input_side, other_side()?].concat(),
+            None => [other_side()?, input_side].concat(),
+            Some((out, _)) if out == side => input_side,
+            Some(_) => other_side()?,
+        };
+        if changelog::has_op_field(&self.output_schema) {
+            columns.push(Arc::new(Int8Array::from_iter_values(
+                emits.iter().map(|e| e.2.code()),
+            )));
+        } else if emits.iter().any(|e| e.2 != Op::Insert) {
+            return Err(EngineError::Internal(format!(
+                "{} retracted a row of an append-only result",
+                self.spec.description
+            )));
+        }
+        let columns = columns
+            .into_iter()
+            .zip(self.output_schema.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c)
+                } else {
+                    Ok(cast(&c, f.data_type())?)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(&self.output_schema),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(emits.len())),
+        )?)
+    }
+}
+
+fn take_all(batch: &RecordBatch, indices: &UInt32Array) -> Result<Vec<ArrayRef>> {
+    batch
+        .columns()
+        .iter()
+        .map(|c| Ok(take(c.as_ref(), indices, None)?))
+        .collect()
+}
+
+impl Operator for StreamJoinOperator {
+    fn name(&self) -> &str {
+        "StreamJoin"
+    }
+
+    fn process_batch(&mut self, batch: RecordBatch, input: usize, out: &mut Output) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let side = input.min(1);
+        let other = 1 - side;
+        let store = self.handles[side].store()?;
+        let now = now_ms();
+        self.expire(store.as_ref(), now)?;
+        let (rel, signs) = changelog::signed(&batch, self.spec.side(side).updating)?;
+        let n = rel.num_rows();
+        let key_columns = self
+            .spec
+            .side(side)
+            .keys
+            .iter()
+            .map(|k| k.evaluate(&rel).and_then(|v| v.into_array(n)))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let key_rows = self.keys.convert_columns(&key_columns)?;
+        let null_key: Vec<bool> = (0..n)
+            .map(|r| key_columns.iter().any(|c| c.is_null(r)))
+            .collect();
+        let mut o = self.other_rows(other, &key_rows, &null_key, store.as_ref())?;
+        let (offsets, list) = self.matches(side, &rel, &o)?;
+
+        // This side's entries of the batch's rows, one per distinct row.
+        let rows = self.rows[side].convert_columns(rel.columns())?;
+        let mut mine: Vec<Entry> = Vec::new();
+        let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
+        let mut row_entry = Vec::with_capacity(n);
+        for r in 0..n {
+            let mut key = key_prefix(&self.handles[side], key_rows.row(r).data());
+            key.extend_from_slice(rows.row(r).data());
+            let at = match index.get(&key) {
+                Some(&at) => at,
+                None => {
+                    let value = store.get(&key)?;
+                    mine.push(Entry::new(key.clone(), value.as_deref())?);
+                    index.insert(key, mine.len() - 1);
+                    mine.len() - 1
+                }
+            };
+            row_entry.push(at);
+        }
+        let emits = self.apply(side, &signs, &mut mine, &row_entry, &mut o, &offsets, &list);
+
+        let mut writes = WriteBatch::default();
+        for e in mine.iter().chain(&o.entries).filter(|e| e.dirty) {
+            if e.count > 0 {
+                writes.puts.push((e.key.clone(), e.value()));
+            } else {
+                writes
+                    .delete_ranges
+                    .push((e.key.clone(), just_after(&e.key)));
+            }
+        }
+        if let Some(expiry) = &self.expiry {
+            let touched = (0..n)
+                .filter(|&r| !null_key[r])
+                .map(|r| key_rows.row(r).data());
+            expiry.touch(store.as_ref(), touched, now, &mut writes)?;
+        }
+        store.write(writes)?;
+        if !emits.is_empty() {
+            out.emit(self.output(side, &rel, &o, &emits)?);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,49 @@
+//! Small helpers for operators' store keys: ranges of a prefix or of one key, and counts.
+
+/// The first key after every key starting with `prefix`: `[prefix, prefix_end(prefix))` holds
+/// exactly the keys with that prefix.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Only 0xff bytes: nothing sorts after them but longer runs of 0xff.
+    vec![u8::MAX; prefix.len() + 1]
+}
+
+/// The end of the range holding exactly `key`: the smallest longer key.
+pub fn just_after(key: &[u8]) -> Vec<u8> {
+    let mut end = Vec::with_capacity(key.len() + 1);
+    end.extend_from_slice(key);
+    end.push(0);
+    end
+}
+
+/// A stored count (an i64, little-endian); 0 for anything else.
+pub fn count_of(bytes: &[u8]) -> i64 {
+    let mut b = [0u8; 8];
+    if bytes.len() == 8 {
+        b.copy_from_slice(bytes);
+    }
+    i64::from_le_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_hold_exactly_their_prefix_or_key() {
+        assert_eq!(prefix_end(&[3, 0xff, 0xff]), vec![4]);
+        assert_eq!(prefix_end(&[1, 2]), vec![1, 3]);
+        assert_eq!(prefix_end(&[0xff]), vec![0xff, 0xff]);
+        let k = [1u8, 2];
+        assert!(k.as_slice() < just_after(&k).as_slice());
+        assert!(just_after(&k).as_slice() < [1u8, 2, 0, 0].as_slice());
+        assert_eq!(count_of(&7i64.to_le_bytes()), 7);
+        assert_eq!(count_of(b"x"), 0);
+    }
+}
