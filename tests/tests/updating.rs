@@ -155,6 +155,18 @@ fn append_only_consumers_refuse_an_updating_query_with_the_reason() {
             "SET runtime_mode = 'sometimes'".to_string(),
             "runtime_mode must be 'auto' or 'streaming'",
         ),
+        (
+            "SET window_emit = 'often'".to_string(),
+            "window_emit must be 'on_close' or 'on_update'",
+        ),
+        ("SET state_ttl = 'soon'".to_string(), "state_ttl"),
+        (
+            format!(
+                "CREATE SINK dbz WITH (connector = 'file', path = '{}', format = 'debezium-json', changelog = 'op') AS {agg}",
+                out.display()
+            ),
+            "carries each change's kind",
+        ),
     ];
     for (sql, message) in cases {
         let err = match execute(&mut s, &sql) {
@@ -197,6 +209,80 @@ fn a_changelog_file_sink_commits_a_changelog_that_applies_to_the_batch_result() 
         "the changelog updates rows"
     );
     assert_eq!(apply_changelog(&rows), batch_reference(&path, sql));
+}
+
+/// A debezium-json file sink: one event per change (an update's two rows in one), which
+/// applied in commit order gives the batch result.
+#[test]
+fn a_debezium_json_file_sink_writes_events_that_apply_to_the_batch_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_rows(dir.path(), 23, 1500);
+    let out = dir.path().join("out");
+    let (mut s, _) = Session::open(SessionConfig {
+        parallelism: 2,
+        data_dir: Some(dir.path().join("data")),
+        ..SessionConfig::default()
+    })
+    .unwrap();
+    create_table(&mut s, &path, 30);
+    execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
+    execute(&mut s, "SET checkpoint_interval = '50ms'").unwrap();
+    let sql = QUERIES[1];
+    execute(
+        &mut s,
+        &format!(
+            "CREATE SINK dbz WITH (connector = 'file', path = '{}', format = 'debezium-json') AS {sql}",
+            out.display()
+        ),
+    )
+    .unwrap();
+    for (name, state, error) in common::wait_jobs(&mut s) {
+        assert_eq!(error, None, "job {name} ({state:?})");
+    }
+    // Parts in commit order (epoch, then instance), as for the changelog sink.
+    let mut parts: Vec<((u64, usize), std::path::PathBuf)> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let (stem, _) = name.rsplit_once('.').unwrap();
+            let mut fields = stem.rsplitn(3, '-');
+            let epoch = fields.next().unwrap().parse().unwrap();
+            let instance = fields.next().unwrap().parse().unwrap();
+            ((epoch, instance), p)
+        })
+        .collect();
+    parts.sort();
+    let row = |v: &serde_json::Value| -> Vec<String> {
+        ["k", "n", "big"]
+            .iter()
+            .map(|c| match &v[*c] {
+                serde_json::Value::Null => "NULL".to_string(),
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect()
+    };
+    let mut log: Vec<Vec<String>> = Vec::new();
+    let mut updates = 0;
+    for (_, part) in &parts {
+        for line in std::fs::read_to_string(part).unwrap().lines() {
+            let event: serde_json::Value = serde_json::from_str(line).unwrap();
+            match event["op"].as_str().unwrap() {
+                "c" => log.push([vec!["+I".to_string()], row(&event["after"])].concat()),
+                "d" => log.push([vec!["-D".to_string()], row(&event["before"])].concat()),
+                "u" => {
+                    updates += 1;
+                    log.push([vec!["-U".to_string()], row(&event["before"])].concat());
+                    log.push([vec!["+U".to_string()], row(&event["after"])].concat());
+                }
+                other => panic!("op {other}"),
+            }
+        }
+    }
+    assert!(updates > 0, "updates come as one event");
+    assert_eq!(apply_changelog(&log), batch_reference(&path, sql));
 }
 
 #[test]
