@@ -240,20 +240,7 @@ fn a_debezium_json_file_sink_writes_events_that_apply_to_the_batch_result() {
         assert_eq!(error, None, "job {name} ({state:?})");
     }
     // Parts in commit order (epoch, then instance), as for the changelog sink.
-    let mut parts: Vec<((u64, usize), std::path::PathBuf)> = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-        .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            let (stem, _) = name.rsplit_once('.').unwrap();
-            let mut fields = stem.rsplitn(3, '-');
-            let epoch = fields.next().unwrap().parse().unwrap();
-            let instance = fields.next().unwrap().parse().unwrap();
-            ((epoch, instance), p)
-        })
-        .collect();
-    parts.sort();
+    let parts = committed_parts(&out);
     let row = |v: &serde_json::Value| -> Vec<String> {
         ["k", "n", "big"]
             .iter()
@@ -266,7 +253,7 @@ fn a_debezium_json_file_sink_writes_events_that_apply_to_the_batch_result() {
     };
     let mut log: Vec<Vec<String>> = Vec::new();
     let mut updates = 0;
-    for (_, part) in &parts {
+    for part in &parts {
         for line in std::fs::read_to_string(part).unwrap().lines() {
             let event: serde_json::Value = serde_json::from_str(line).unwrap();
             match event["op"].as_str().unwrap() {
@@ -318,6 +305,14 @@ fn a_materialized_view_of_an_updating_query_holds_the_batch_result() {
 /// changes, so ordering by instance first would reorder them). The values (op, k1, whole
 /// numbers, empty for NULL) need no CSV quoting.
 fn changelog_parts(dir: &std::path::Path) -> Vec<Vec<String>> {
+    committed_parts(dir)
+        .iter()
+        .flat_map(|part| csv_rows(&std::fs::read_to_string(part).unwrap(), false))
+        .collect()
+}
+
+/// A file sink's committed part files in commit order (see [`changelog_parts`]).
+fn committed_parts(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut parts: Vec<((u64, usize), std::path::PathBuf)> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -333,10 +328,7 @@ fn changelog_parts(dir: &std::path::Path) -> Vec<Vec<String>> {
         })
         .collect();
     parts.sort();
-    parts
-        .iter()
-        .flat_map(|(_, part)| csv_rows(&std::fs::read_to_string(part).unwrap(), false))
-        .collect()
+    parts.into_iter().map(|(_, p)| p).collect()
 }
 
 /// CSV lines (after a header line, with `header`) as text rows, NULL for empty fields.

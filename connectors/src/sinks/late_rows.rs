@@ -22,7 +22,8 @@ use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use weir_engine::checkpoint::Committer;
 use weir_engine::late_rows::late_schema;
 use weir_engine::state::{
-    decode_batch, encode_batch, MemoryStateBackend, RocksDbStateBackend, StateBackend, WriteBatch,
+    decode_batch, encode_batch, prefix_end, MemoryStateBackend, RocksDbStateBackend, StateBackend,
+    WriteBatch,
 };
 use weir_engine::{
     EngineError, Operator, OperatorFactory, Output, Result as EngineResult, SourceFactory,
@@ -72,18 +73,6 @@ fn job_prefix(area: u8, job: &str, stage: Option<u32>) -> Vec<u8> {
         k.extend_from_slice(&stage.to_be_bytes());
     }
     k
-}
-
-/// The smallest key after every key starting with `prefix`.
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![u8::MAX; prefix.len() + 1]
 }
 
 impl LateRowsTable {

@@ -100,11 +100,7 @@ impl StateBackend for MemoryStateBackend {
     }
 
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        Ok(self
-            .map()?
-            .range::<[u8], _>(range(start, end))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect())
+        self.scan_first(start, end, usize::MAX)
     }
 
     fn scan_first(

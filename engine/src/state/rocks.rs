@@ -126,16 +126,7 @@ impl StateBackend for RocksDbStateBackend {
     }
 
     fn scan(&self, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut read = ReadOptions::default();
-        read.set_iterate_lower_bound(start.to_vec());
-        read.set_iterate_upper_bound(end.to_vec());
-        self.db
-            .iterator_opt(IteratorMode::Start, read)
-            .map(|item| {
-                item.map(|(k, v)| (k.into_vec(), v.into_vec()))
-                    .map_err(|e| state_error("cannot read state store", &self.path, e))
-            })
-            .collect()
+        self.scan_first(start, end, usize::MAX)
     }
 
     fn scan_first(

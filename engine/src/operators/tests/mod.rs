@@ -28,6 +28,38 @@ fn ts() -> DataType {
     DataType::Timestamp(TimeUnit::Nanosecond, None)
 }
 
+/// Applies emitted batches (a changelog when `updating`, else inserts) to a multiset of rows,
+/// each made by `row` from the batch's relation; a retraction must name a row that is there.
+fn apply_multiset<R: Ord + Clone + std::fmt::Debug>(
+    table: &mut std::collections::BTreeMap<R, i64>,
+    batches: &[RecordBatch],
+    updating: bool,
+    row: impl Fn(&RecordBatch, usize) -> R,
+) {
+    use crate::changelog::{self, Op};
+    for b in batches {
+        assert_eq!(changelog::has_op_field(b.schema_ref()), updating);
+        let rel = if updating {
+            changelog::relation(b).unwrap()
+        } else {
+            b.clone()
+        };
+        for i in 0..b.num_rows() {
+            let r = row(&rel, i);
+            let add = !updating
+                || Op::from_code(changelog::ops(b).unwrap().value(i))
+                    .unwrap()
+                    .is_add();
+            let n = table.entry(r.clone()).or_default();
+            *n += if add { 1 } else { -1 };
+            assert!(*n >= 0, "a retraction of {r:?}, which is not in the result");
+            if *n == 0 {
+                table.remove(&r);
+            }
+        }
+    }
+}
+
 fn col(name: &str, index: usize) -> Arc<dyn PhysicalExpr> {
     Arc::new(Column::new(name, index))
 }

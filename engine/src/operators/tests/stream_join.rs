@@ -13,7 +13,7 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator as BinaryOp;
 use datafusion::physical_expr::expressions::BinaryExpr;
 
-use super::col;
+use super::{apply_multiset, col};
 use crate::changelog::{self, Op};
 use crate::graph::Partitioning;
 use crate::operators::harness::{OperatorUnderTest, Rng};
@@ -209,37 +209,15 @@ fn direct(kind: JoinKind, filtered: bool, l: &[Row], r: &[Row]) -> BTreeMap<Vec<
 
 /// Applies an emitted changelog to a multiset of rows; a retraction must name a row there.
 fn apply(table: &mut BTreeMap<Vec<String>, i64>, batches: &[RecordBatch], updating: bool) {
-    for b in batches {
-        assert_eq!(changelog::has_op_field(b.schema_ref()), updating);
-        let rel = if updating {
-            changelog::relation(b).unwrap()
-        } else {
-            b.clone()
-        };
-        for i in 0..b.num_rows() {
-            let row: Vec<String> = rel
-                .columns()
-                .iter()
-                .map(|c| match ScalarValue::try_from_array(c, i).unwrap() {
-                    ScalarValue::Int64(v) => cell(v),
-                    other => panic!("unexpected {other:?}"),
-                })
-                .collect();
-            let add = !updating
-                || Op::from_code(changelog::ops(b).unwrap().value(i))
-                    .unwrap()
-                    .is_add();
-            let n = table.entry(row.clone()).or_default();
-            *n += if add { 1 } else { -1 };
-            assert!(
-                *n >= 0,
-                "a retraction of {row:?}, which is not in the result"
-            );
-            if *n == 0 {
-                table.remove(&row);
-            }
-        }
-    }
+    apply_multiset(table, batches, updating, |rel, i| {
+        rel.columns()
+            .iter()
+            .map(|c| match ScalarValue::try_from_array(c, i).unwrap() {
+                ScalarValue::Int64(v) => cell(v),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    })
 }
 
 /// Runs random changes through a `kind` join at `parallelism`, restoring before the steps of

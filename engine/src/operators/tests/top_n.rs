@@ -14,7 +14,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalSortExpr;
 
-use super::col;
+use super::{apply_multiset, col};
 use crate::changelog::{self, Op};
 use crate::graph::Partitioning;
 use crate::operators::harness::{OperatorUnderTest, Rng};
@@ -161,38 +161,16 @@ fn direct(m: Mode, rows: &[Row]) -> Table {
 }
 
 fn apply(table: &mut Table, batches: &[RecordBatch], updating: bool) {
-    for b in batches {
-        assert_eq!(changelog::has_op_field(b.schema_ref()), updating);
-        let rel = if updating {
-            changelog::relation(b).unwrap()
-        } else {
-            b.clone()
-        };
-        for i in 0..b.num_rows() {
-            let row: Vec<Option<i64>> = rel
-                .columns()
-                .iter()
-                .map(|c| match ScalarValue::try_from_array(c, i).unwrap() {
-                    ScalarValue::Int64(v) => v,
-                    ScalarValue::UInt64(v) => v.map(|v| v as i64),
-                    other => panic!("unexpected {other:?}"),
-                })
-                .collect();
-            let add = !updating
-                || Op::from_code(changelog::ops(b).unwrap().value(i))
-                    .unwrap()
-                    .is_add();
-            let n = table.entry(row.clone()).or_default();
-            *n += if add { 1 } else { -1 };
-            assert!(
-                *n >= 0,
-                "a retraction of {row:?}, which is not in the result"
-            );
-            if *n == 0 {
-                table.remove(&row);
-            }
-        }
-    }
+    apply_multiset(table, batches, updating, |rel, i| {
+        rel.columns()
+            .iter()
+            .map(|c| match ScalarValue::try_from_array(c, i).unwrap() {
+                ScalarValue::Int64(v) => v,
+                ScalarValue::UInt64(v) => v.map(|v| v as i64),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    })
 }
 
 /// Runs random changes at `parallelism`, restoring before the steps of `restarts` at the
