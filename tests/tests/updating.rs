@@ -177,25 +177,24 @@ fn append_only_consumers_refuse_an_updating_query_with_the_reason() {
     }
 }
 
-#[test]
-fn a_changelog_file_sink_commits_a_changelog_that_applies_to_the_batch_result() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = write_rows(dir.path(), 21, 2000);
-    let out = dir.path().join("out");
+/// Runs `sql` over the rows at `path` (read `batch_size` at a time) in streaming mode into a
+/// file sink at `dir/out` with `format` options, at parallelism 2 with 50 ms checkpoints, and
+/// waits for it to finish.
+fn run_file_sink(dir: &std::path::Path, path: &str, batch_size: usize, format: &str, sql: &str) {
     let (mut s, _) = Session::open(SessionConfig {
         parallelism: 2,
-        data_dir: Some(dir.path().join("data")),
+        data_dir: Some(dir.join("data")),
         ..SessionConfig::default()
     })
     .unwrap();
-    create_table(&mut s, &path, 50);
+    create_table(&mut s, path, batch_size);
     execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
     execute(&mut s, "SET checkpoint_interval = '50ms'").unwrap();
-    let sql = QUERIES[1];
+    let out = dir.join("out");
     execute(
         &mut s,
         &format!(
-            "CREATE SINK log WITH (connector = 'file', path = '{}', format = 'csv', changelog = 'op') AS {sql}",
+            "CREATE SINK log WITH (connector = 'file', path = '{}', {format}) AS {sql}",
             out.display()
         ),
     )
@@ -203,6 +202,21 @@ fn a_changelog_file_sink_commits_a_changelog_that_applies_to_the_batch_result() 
     for (name, state, error) in common::wait_jobs(&mut s) {
         assert_eq!(error, None, "job {name} ({state:?})");
     }
+}
+
+#[test]
+fn a_changelog_file_sink_commits_a_changelog_that_applies_to_the_batch_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_rows(dir.path(), 21, 2000);
+    let out = dir.path().join("out");
+    let sql = QUERIES[1];
+    run_file_sink(
+        dir.path(),
+        &path,
+        50,
+        "format = 'csv', changelog = 'op'",
+        sql,
+    );
     let rows = changelog_parts(&out);
     assert!(
         rows.iter().any(|r| r[0] == "-U"),
@@ -218,27 +232,8 @@ fn a_debezium_json_file_sink_writes_events_that_apply_to_the_batch_result() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_rows(dir.path(), 23, 1500);
     let out = dir.path().join("out");
-    let (mut s, _) = Session::open(SessionConfig {
-        parallelism: 2,
-        data_dir: Some(dir.path().join("data")),
-        ..SessionConfig::default()
-    })
-    .unwrap();
-    create_table(&mut s, &path, 30);
-    execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
-    execute(&mut s, "SET checkpoint_interval = '50ms'").unwrap();
     let sql = QUERIES[1];
-    execute(
-        &mut s,
-        &format!(
-            "CREATE SINK dbz WITH (connector = 'file', path = '{}', format = 'debezium-json') AS {sql}",
-            out.display()
-        ),
-    )
-    .unwrap();
-    for (name, state, error) in common::wait_jobs(&mut s) {
-        assert_eq!(error, None, "job {name} ({state:?})");
-    }
+    run_file_sink(dir.path(), &path, 30, "format = 'debezium-json'", sql);
     // Parts in commit order (epoch, then instance), as for the changelog sink.
     let parts = committed_parts(&out);
     let row = |v: &serde_json::Value| -> Vec<String> {
