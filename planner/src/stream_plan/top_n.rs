@@ -101,18 +101,7 @@ impl StreamPlanner<'_> {
             first: kept.first.clamp(1, u64::MAX as i128) as u64,
             last: kept.last.clamp(0, u64::MAX as i128) as u64,
             output_schema: arrow_schema(&window.schema),
-            description: format!(
-                "WindowTopN: row_number() partition by [{}] order by [{}], rows {}..={}",
-                exprs_text(&params.partition_by),
-                params
-                    .order_by
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                kept.first.max(1),
-                kept.last
-            ),
+            description: format!("WindowTopN: {}", ranking_text(params, &kept)),
         };
         let stage = self.keyed_stage(&input, keys, Some(window_column), &input_arrow, "top-n");
         self.stages[stage].chain.push(Arc::new(spec));
@@ -162,7 +151,7 @@ impl StreamPlanner<'_> {
             output_schema: arrow_schema(&window.schema),
             state_ttl: self.modes.state_ttl.filter(|_| !at_end),
             description: format!(
-                "TopN ({}): row_number() partition by [{}] order by [{}], rows {}..={}",
+                "TopN ({}): {}",
                 if updating {
                     "updating"
                 } else if at_end {
@@ -170,15 +159,7 @@ impl StreamPlanner<'_> {
                 } else {
                     "first rows to arrive"
                 },
-                exprs_text(&params.partition_by),
-                params
-                    .order_by
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                kept.first.max(1),
-                kept.last
+                ranking_text(params, kept)
             ),
         };
         if spec.last < spec.first {
@@ -219,6 +200,25 @@ impl StreamPlanner<'_> {
             unique_key,
         })
     }
+}
+
+/// The ranking of a Top-N, for EXPLAIN.
+fn ranking_text(
+    params: &datafusion::logical_expr::expr::WindowFunctionParams,
+    kept: &Kept,
+) -> String {
+    format!(
+        "row_number() partition by [{}] order by [{}], rows {}..={}",
+        exprs_text(&params.partition_by),
+        params
+            .order_by
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        kept.first.max(1),
+        kept.last
+    )
 }
 
 fn columns_of(window: &Window) -> usize {
