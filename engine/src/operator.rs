@@ -127,4 +127,24 @@ pub trait Operator: Send {
     fn finish(&mut self, _out: &mut Output) -> Result<()> {
         Ok(())
     }
+
+    /// How often the runtime calls [`Operator::on_timer`] (processing time), `None` for
+    /// never. Asked once, when the task starts.
+    fn timer_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// The operator's timer is due (at least [`Operator::timer_interval`] after the last
+    /// call): emit what it holds back until then.
+    fn on_timer(&mut self, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
+
+    /// A barrier is about to be snapshotted (Flink's `prepareSnapshotPreBarrier`): emit
+    /// anything held in memory only, so that the output up to the barrier carries every
+    /// change the state up to the barrier includes. Called before [`Operator::snapshot`] of
+    /// any operator of the task; what it emits reaches the operators after it first.
+    fn prepare_barrier(&mut self, _out: &mut Output) -> Result<()> {
+        Ok(())
+    }
 }

@@ -95,6 +95,9 @@ pub struct StreamPlanner<'a> {
     late_staged: bool,
     /// Settings that change what the query computes.
     modes: QueryModes,
+    /// The Top-N filter (its address) whose row number the projection above it drops: the
+    /// Top-N then emits the rows entering and leaving the top, not every changed rank.
+    rank_unused: Option<usize>,
 }
 
 /// Settings that change what a query computes (SET, or a sink's WITH); each job records the
@@ -112,6 +115,9 @@ pub struct QueryModes {
     /// `state_ttl`: operators whose state grows with their keys drop a key's state when it is
     /// not touched for this long (processing time). Changes results.
     pub state_ttl: Option<std::time::Duration>,
+    /// `early_fire_interval`: an early-fire window aggregate emits each group's net change
+    /// this often (processing time) instead of after every input batch.
+    pub early_fire_interval: Option<std::time::Duration>,
 }
 
 /// A query planned up to its result stream, before its sink is attached: whether the result
@@ -189,6 +195,7 @@ impl<'a> StreamPlanner<'a> {
             late: Default::default(),
             late_staged: false,
             modes: QueryModes::default(),
+            rank_unused: None,
         }
     }
 
@@ -423,6 +430,23 @@ impl<'a> StreamPlanner<'a> {
 
     /// A projection: a `Project` step, window columns traced through plain column references.
     fn plan_projection(&mut self, p: &datafusion::logical_expr::Projection) -> Result<Stream> {
+        if let LogicalPlan::Filter(f) = p.input.as_ref() {
+            // A filter on a row number (a Top-N) whose number this projection leaves out.
+            let filtered: std::collections::HashSet<&str> = f
+                .predicate
+                .column_refs()
+                .into_iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            let kept = p.expr.iter().any(|e| {
+                e.column_refs()
+                    .into_iter()
+                    .any(|c| filtered.contains(c.name.as_str()))
+            });
+            if !kept {
+                self.rank_unused = Some(f as *const _ as usize);
+            }
+        }
         let input = self.plan(&p.input)?;
         self.project(input, p)
     }

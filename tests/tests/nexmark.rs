@@ -315,6 +315,80 @@ fn q16_q21_q22() {
     );
 }
 
+/// q10 (day and minute as text) and q14 (a price band, the part of the day, a character
+/// count): projections and filters, as DataFusion computes them.
+#[test]
+fn q10_q14_projections() {
+    check(
+        "q10",
+        "auction,bidder,price,date_time,extra,dt,hm",
+        "SELECT auction, bidder, price, date_time, extra, to_char(date_time, '%Y-%m-%d'),
+           to_char(date_time, '%H:%M') FROM bid",
+        1000,
+    );
+    check(
+        "q14",
+        "auction,bidder,price,bid_time_type,date_time,extra,c_counts",
+        "SELECT auction, bidder, 0.908 * price,
+           CASE WHEN date_part('hour', date_time) BETWEEN 8 AND 18 THEN 'dayTime'
+                WHEN date_part('hour', date_time) <= 6 OR date_part('hour', date_time) >= 20
+                  THEN 'nightTime'
+                ELSE 'otherTime' END,
+           date_time, extra,
+           character_length(extra) - character_length(replace(extra, 'c', ''))
+         FROM bid WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000",
+        1000,
+    );
+}
+
+/// q11: sessions per bidder (10 s gap), computed by batch SQL as gaps and islands: a bid
+/// starts a session when the bidder's previous bid is more than 10 s before it (bids exactly
+/// 10 s apart share one, as weir's sessions touch); a session ends 10 s after its last bid.
+#[test]
+fn q11_user_sessions() {
+    check(
+        "q11",
+        "bidder,bid_count,starttime,endtime",
+        "WITH t AS (SELECT bidder, CAST(date_time AS BIGINT) AS ns FROM bid),
+              o AS (SELECT bidder, ns,
+                      CASE WHEN ns - lag(ns) OVER (PARTITION BY bidder ORDER BY ns) <= 10000000000
+                           THEN 0 ELSE 1 END AS starts
+                    FROM t),
+              s AS (SELECT bidder, ns,
+                      sum(starts) OVER (PARTITION BY bidder ORDER BY ns
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS session
+                    FROM o)
+         SELECT bidder, count(*), to_timestamp_nanos(min(ns)),
+                to_timestamp_nanos(max(ns) + 10000000000)
+         FROM s GROUP BY bidder, session",
+        1000,
+    );
+}
+
+/// q12 counts bids per bidder in windows of the wall clock, so its rows depend on when it
+/// runs; summed over the windows, each bidder's counts equal its bids.
+#[test]
+fn q12_processing_time_windows_count_every_bid_once() {
+    let ctx = weir_tests::nexmark::context(EVENTS).expect("reference tables");
+    let expected = reference(&ctx, "SELECT bidder, count(*) FROM bid GROUP BY bidder");
+    for parallelism in [1, 2] {
+        let (header, rows) = run_weir("q12", EVENTS, parallelism);
+        assert_eq!(header, "bidder,bid_count,starttime,endtime");
+        let mut per_bidder: std::collections::BTreeMap<String, u64> = Default::default();
+        for row in &rows {
+            let fields: Vec<&str> = row.split(',').collect();
+            *per_bidder.entry(fields[0].to_string()).or_default() +=
+                fields[1].parse::<u64>().unwrap();
+        }
+        let mut got: Vec<String> = per_bidder
+            .into_iter()
+            .map(|(bidder, n)| format!("{bidder},{n}"))
+            .collect();
+        got.sort();
+        assert_eq!(got, expected, "q12 at parallelism {parallelism}");
+    }
+}
+
 #[test]
 fn q0_pass_through() {
     check(

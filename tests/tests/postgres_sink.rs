@@ -674,3 +674,78 @@ fn an_updating_query_without_a_primary_key_is_refused_with_the_reason() {
     assert!(err.contains("primary_key"), "{err}");
     assert!(err.contains("updating"), "{err}");
 }
+
+/// A left join of the rows with an updating aggregate (rows padded, then matched as the
+/// aggregate's keys appear, replaced as its maxima grow); `id` identifies each output row.
+const JOINED: &str = "SELECT t.id, t.k, t.v, m.hi FROM t LEFT JOIN \
+     (SELECT k, max(v) AS hi FROM t WHERE v > 470 GROUP BY k) m ON t.k = m.k WHERE t.v > 420";
+
+/// The three largest values per key, kept by rank: a rank's row is replaced as larger
+/// values arrive (`k, rn` identifies each output row).
+const TOP: &str = "SELECT k, rn, id, v FROM (SELECT id, k, v, \
+     ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC, id) AS rn FROM t WHERE v IS NOT NULL) \
+     WHERE rn <= 3";
+
+/// Each kind of updating operator (an aggregate whose keys leave the result, a left join
+/// with an updating side, a Top-N) into PostgreSQL through SIGKILLs and resumes at other
+/// parallelisms: every table ends equal to batch SQL over the same rows, and no prepared
+/// transaction is left behind. Exactly-once for all; at-least-once (upserts by key, replays
+/// repeat them harmlessly) for the aggregate and the Top-N, whose tasks read one input. A
+/// join reads two, and at-least-once does not align their barriers: its restored state may
+/// already hold changes one input then replays (a duplicate, as at-least-once allows).
+#[test]
+#[ignore = "passes, but a resume of these five jobs spins for minutes (open bug in docs/status.md, issue 16); run with --ignored"]
+fn updating_queries_into_postgres_survive_kills_and_rescaling() {
+    use common::process::kill_and_resume;
+    let pg = PgServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let path = write_changing_rows(work.path(), 43, 20_000);
+    const BOTH: &[&str] = &["exactly_once", "at_least_once"];
+    let queries = [
+        ("agg", CHANGING, "k", "k, n, s, hi", BOTH),
+        ("joined", JOINED, "id", "id, k, v, hi", &BOTH[..1]),
+        ("top", TOP, "k, rn", "k, rn, id, v", BOTH),
+    ];
+    let mut script = format!(
+        "{};\nSET runtime_mode = 'streaming';\nSET checkpoint_interval = '50ms';\n",
+        changing_ddl(&path, 100, Some(20_000))
+    );
+    for (name, sql, key, _, deliveries) in queries {
+        for delivery in deliveries {
+            writeln!(
+                script,
+                "CREATE SINK {name}_{delivery} WITH (connector = 'postgres', url = '{}', \
+                 table = '{name}_{delivery}', primary_key = '{key}', create_table = 'true', \
+                 delivery = '{delivery}') AS {sql};",
+                pg.url()
+            )
+            .unwrap();
+        }
+    }
+    let script_path = work.path().join("updating.sql");
+    std::fs::write(&script_path, script).unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let killed = kill_and_resume(
+        &script_path,
+        &work.path().join("data"),
+        "top_at_least_once",
+        work.path(),
+        &mut rng,
+        (150, 500),
+        &[3, 1, 2],
+        (150, 500),
+        None,
+    );
+    assert!(killed >= 2, "{killed} kills hit a running job");
+    for (name, sql, _, columns, deliveries) in queries {
+        let mut expected = batch_reference(&path, sql);
+        expected.sort();
+        assert!(expected.len() > 20, "{name}: {expected:?}");
+        for delivery in deliveries {
+            let mut rows = pg.psql(&format!("SELECT {columns} FROM {name}_{delivery}"));
+            rows.sort();
+            assert_eq!(rows, expected, "{name}_{delivery} after {killed} kills");
+        }
+    }
+    assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty());
+}

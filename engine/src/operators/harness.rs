@@ -202,11 +202,27 @@ impl Harness {
         Ok(())
     }
 
-    /// A barrier of the next epoch: every instance snapshots, then its store is copied.
+    /// Every instance's timer is due (as the runtime calls it, for operators with one).
+    pub fn timer(&mut self) -> Result<()> {
+        for instance in &mut self.instances {
+            if instance.operator.timer_interval().is_some() {
+                let mut out = Output::default();
+                instance.operator.on_timer(&mut out)?;
+                self.output.extend(out.take());
+            }
+        }
+        Ok(())
+    }
+
+    /// A barrier of the next epoch: every instance emits what it holds in memory and
+    /// snapshots (as the runtime does), then its store is copied.
     pub fn barrier(&mut self) -> Result<Checkpoint> {
         self.epoch += 1;
         let mut stores = Vec::with_capacity(self.instances.len());
         for instance in &mut self.instances {
+            let mut out = Output::default();
+            instance.operator.prepare_barrier(&mut out)?;
+            self.output.extend(out.take());
             instance.operator.snapshot(self.epoch)?;
             stores.push(Arc::new(instance.store.copy()?));
         }

@@ -5,6 +5,7 @@
 //! [`stream_join`], [`top_n`].
 
 pub mod calc;
+pub mod changelog_buffer;
 pub mod emit_order;
 pub mod group_aggregate;
 pub mod interval_join;
@@ -25,6 +26,7 @@ pub(crate) mod harness;
 mod tests;
 
 pub use calc::CalcOperator;
+pub use changelog_buffer::ChangelogBufferSpec;
 pub use emit_order::EmitOrderSpec;
 pub use group_aggregate::{GroupAggregateSpec, UpdatingAggKind, UpdatingAggregate};
 pub use interval_join::{IntervalJoinSpec, IntervalSide};

@@ -63,6 +63,11 @@ pub struct TopNSpec {
     pub last: u64,
     /// Emit each partition's final rows once, at the end of input.
     pub at_end: bool,
+    /// The query's output leaves the row number out: after a batch, emit the rows that left
+    /// the top (`-U`/`-D`) and entered it (`+U`/`+I`), not every rank whose row changed (a
+    /// row entering at the top would otherwise shift, and re-emit, every rank below it). The
+    /// row-number column then holds the row's rank at that time.
+    pub emit_rows: bool,
     /// The input's columns and the row number.
     pub output_schema: SchemaRef,
     /// Drop a partition when it is not touched for this long.
@@ -303,6 +308,49 @@ impl TopNOperator {
     }
 
     /// The rank encoding of a stored key (after the partition's prefix).
+    /// The rows of `before` not in `after` (as a multiset) and those of `after` not in
+    /// `before`: pairs of them as `-U`/`+U`, the rest as `-D` or `+I`.
+    fn row_changes(
+        &self,
+        before: &[(&[u8], u64)],
+        after: &[(&[u8], u64)],
+        emits: &mut Vec<Emit>,
+    ) -> Result<()> {
+        let mut balance: HashMap<&[u8], i64> = HashMap::new();
+        for (key, _) in after {
+            *balance.entry(*key).or_default() += 1;
+        }
+        for (key, _) in before {
+            *balance.entry(*key).or_default() -= 1;
+        }
+        let mut left = Vec::new();
+        for (key, rank) in before {
+            if let Some(n) = balance.get_mut(key).filter(|n| **n < 0) {
+                *n += 1;
+                left.push((*key, *rank));
+            }
+        }
+        let mut entered = Vec::new();
+        for (key, rank) in after {
+            if let Some(n) = balance.get_mut(key).filter(|n| **n > 0) {
+                *n -= 1;
+                entered.push((*key, *rank));
+            }
+        }
+        for i in 0..left.len().max(entered.len()) {
+            match (left.get(i), entered.get(i)) {
+                (Some(old), Some(new)) => {
+                    emits.push((self.rank_of(old.0)?.to_vec(), old.1, Op::UpdateBefore));
+                    emits.push((self.rank_of(new.0)?.to_vec(), new.1, Op::UpdateAfter));
+                }
+                (Some(old), None) => emits.push((self.rank_of(old.0)?.to_vec(), old.1, Op::Delete)),
+                (None, Some(new)) => emits.push((self.rank_of(new.0)?.to_vec(), new.1, Op::Insert)),
+                (None, None) => {}
+            }
+        }
+        Ok(())
+    }
+
     fn rank_of<'a>(&self, key: &'a [u8]) -> Result<&'a [u8]> {
         Ok(partition_of(&key[self.handle.prefix_len()..])?.1)
     }
@@ -414,6 +462,10 @@ impl Operator for TopNOperator {
         let mut emits: Vec<Emit> = Vec::new();
         for (b, a) in before.iter().zip(&after) {
             let (b, a) = (self.ranks(b), self.ranks(a));
+            if self.spec.emit_rows {
+                self.row_changes(&b, &a, &mut emits)?;
+                continue;
+            }
             for i in 0..b.len().max(a.len()) {
                 match (b.get(i), a.get(i)) {
                     (Some(old), Some(new)) if old.0 != new.0 => {

@@ -79,6 +79,34 @@ impl Chain {
         Ok(watermark)
     }
 
+    /// The shortest timer interval of the chain's operators, if any has a timer.
+    pub fn timer_interval(&self) -> Option<std::time::Duration> {
+        self.ops.iter().filter_map(|op| op.timer_interval()).min()
+    }
+
+    /// The chain's timer is due: calls each operator that has one, in order; what comes out
+    /// goes through the operators after it and on to `emit`.
+    pub fn on_timer(&mut self, emit: &mut dyn FnMut(RecordBatch) -> Result<()>) -> Result<()> {
+        for i in 0..self.ops.len() {
+            if self.ops[i].timer_interval().is_some() {
+                self.each_streaming(i, emit, |op, out| op.on_timer(out))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A barrier comes: lets each operator, in order, emit what it holds in memory only, so
+    /// it reaches the operators after it (and the output) before any of them snapshots.
+    pub fn prepare_barrier(
+        &mut self,
+        emit: &mut dyn FnMut(RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        for i in 0..self.ops.len() {
+            self.each_streaming(i, emit, |op, out| op.prepare_barrier(out))?;
+        }
+        Ok(())
+    }
+
     /// All inputs ended: lets each operator flush, in order; what comes out goes to `emit` as
     /// it comes.
     pub fn finish(&mut self, emit: &mut dyn FnMut(RecordBatch) -> Result<()>) -> Result<()> {

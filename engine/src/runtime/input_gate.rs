@@ -8,7 +8,9 @@
 //! - barrier alignment: in exactly-once mode an input that delivered barrier n is parked until
 //!   barrier n arrived on every input; then the barrier is handed to the task once.
 
-use crossbeam_channel::{Receiver, Select};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::error::EngineError;
@@ -28,6 +30,8 @@ pub enum GateEvent {
     Barrier(Barrier),
     /// Every input ended.
     End,
+    /// The deadline the task waited until passed first (its operators' timer is due).
+    Timer,
 }
 
 struct Input {
@@ -77,7 +81,9 @@ impl InputGate {
         }
     }
 
-    fn receive(&self) -> Result<(usize, Message), TaskExit> {
+    /// The next message of an input that may deliver, waiting until `deadline` at most
+    /// (`None`: when it passed first).
+    fn receive(&self, deadline: Option<Instant>) -> Result<Option<(usize, Message)>, TaskExit> {
         let ready: Vec<usize> = (0..self.inputs.len())
             .filter(|&i| {
                 let input = &self.inputs[i];
@@ -88,20 +94,35 @@ impl InputGate {
             [] => Err(TaskExit::Failed(EngineError::Internal(
                 "input gate has no input to read".into(),
             ))),
-            [only] => self.inputs[*only]
-                .rx
-                .recv()
-                .map(|m| (*only, m))
-                .map_err(|_| TaskExit::Disconnected),
+            [only] => {
+                let rx = &self.inputs[*only].rx;
+                match deadline {
+                    None => rx
+                        .recv()
+                        .map(|m| Some((*only, m)))
+                        .map_err(|_| TaskExit::Disconnected),
+                    Some(d) => match rx.recv_deadline(d) {
+                        Ok(m) => Ok(Some((*only, m))),
+                        Err(RecvTimeoutError::Timeout) => Ok(None),
+                        Err(RecvTimeoutError::Disconnected) => Err(TaskExit::Disconnected),
+                    },
+                }
+            }
             _ => {
                 let mut select = Select::new();
                 for &i in &ready {
                     select.recv(&self.inputs[i].rx);
                 }
-                let op = select.select();
+                let op = match deadline {
+                    None => select.select(),
+                    Some(d) => match select.select_deadline(d) {
+                        Ok(op) => op,
+                        Err(_) => return Ok(None),
+                    },
+                };
                 let i = ready[op.index()];
                 op.recv(&self.inputs[i].rx)
-                    .map(|m| (i, m))
+                    .map(|m| Some((i, m)))
                     .map_err(|_| TaskExit::Disconnected)
             }
         }
@@ -157,8 +178,9 @@ impl InputGate {
         }
     }
 
-    /// Waits for the next event for the task.
-    pub fn next_event(&mut self) -> Result<GateEvent, TaskExit> {
+    /// Waits for the next event for the task; [`GateEvent::Timer`] when `deadline` passes
+    /// first.
+    pub fn next_event(&mut self, deadline: Option<Instant>) -> Result<GateEvent, TaskExit> {
         loop {
             if let Some(ev) = self.held.take() {
                 return Ok(ev);
@@ -166,7 +188,9 @@ impl InputGate {
             if self.inputs.iter().all(|i| i.ended) {
                 return Ok(GateEvent::End);
             }
-            let (i, msg) = self.receive()?;
+            let Some((i, msg)) = self.receive(deadline)? else {
+                return Ok(GateEvent::Timer);
+            };
             match msg {
                 Message::Batch(batch) => {
                     let ev = GateEvent::Batch(batch, self.inputs[i].logical);
@@ -271,22 +295,22 @@ mod tests {
         b_tx.send(Message::Watermark(5)).unwrap();
         // a=10 alone does not advance the minimum (b is MIN); then b=5 does.
         assert!(matches!(
-            gate.next_event().unwrap(),
+            gate.next_event(None).unwrap(),
             GateEvent::Watermark(5)
         ));
         b_tx.send(Message::Watermark(3)).unwrap(); // going backwards is ignored
         b_tx.send(Message::End).unwrap();
         assert!(matches!(
-            gate.next_event().unwrap(),
+            gate.next_event(None).unwrap(),
             GateEvent::Watermark(10)
         ));
         a_tx.send(Message::End).unwrap();
         // with every input ended, nothing holds the watermark back any more
         assert!(matches!(
-            gate.next_event().unwrap(),
+            gate.next_event(None).unwrap(),
             GateEvent::Watermark(WATERMARK_MAX)
         ));
-        assert!(matches!(gate.next_event().unwrap(), GateEvent::End));
+        assert!(matches!(gate.next_event(None).unwrap(), GateEvent::End));
     }
 
     #[test]
@@ -300,12 +324,12 @@ mod tests {
         b_tx.send(barrier(1)).unwrap();
         // b's watermark cannot advance the min (a is MIN); then b's barrier completes alignment.
         assert!(matches!(
-            gate.next_event().unwrap(),
+            gate.next_event(None).unwrap(),
             GateEvent::Barrier(Barrier { epoch: 1, .. })
         ));
         b_tx.send(Message::Watermark(50)).unwrap();
         assert!(matches!(
-            gate.next_event().unwrap(),
+            gate.next_event(None).unwrap(),
             GateEvent::Watermark(_)
         ));
     }
@@ -321,18 +345,48 @@ mod tests {
         ))))
         .unwrap();
         // at-least-once: a's batch after its barrier is processed before b's barrier arrives
-        assert!(matches!(gate.next_event().unwrap(), GateEvent::Batch(_, 0)));
+        assert!(matches!(
+            gate.next_event(None).unwrap(),
+            GateEvent::Batch(_, 0)
+        ));
         b_tx.send(barrier(1)).unwrap();
-        assert!(matches!(gate.next_event().unwrap(), GateEvent::Barrier(_)));
+        assert!(matches!(
+            gate.next_event(None).unwrap(),
+            GateEvent::Barrier(_)
+        ));
     }
 
     fn next(gate: &mut InputGate) -> String {
-        match gate.next_event().unwrap() {
+        match gate.next_event(None).unwrap() {
             GateEvent::Batch(_, i) => format!("batch {i}"),
             GateEvent::Watermark(w) => format!("watermark {w}"),
             GateEvent::Barrier(b) => format!("barrier {}", b.epoch),
             GateEvent::Idle(idle) => format!("idle {idle}"),
             GateEvent::End => "end".into(),
+            GateEvent::Timer => "timer".into(),
+        }
+    }
+
+    #[test]
+    fn a_deadline_that_passes_before_any_message_is_a_timer_event() {
+        let (a_tx, a_rx) = bounded(8);
+        let (_b_tx, b_rx) = bounded(8);
+        for inputs in [vec![(a_rx.clone(), 0)], vec![(a_rx, 0), (b_rx, 1)]] {
+            let mut gate = InputGate::new(inputs, true);
+            let soon = Instant::now() + std::time::Duration::from_millis(5);
+            assert!(matches!(
+                gate.next_event(Some(soon)).unwrap(),
+                GateEvent::Timer
+            ));
+            a_tx.send(rows()).unwrap();
+            let later = Instant::now() + std::time::Duration::from_secs(60);
+            assert_eq!(
+                match gate.next_event(Some(later)).unwrap() {
+                    GateEvent::Batch(_, i) => i,
+                    _ => 99,
+                },
+                0
+            );
         }
     }
 

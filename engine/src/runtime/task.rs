@@ -47,6 +47,16 @@ impl Outlets {
         self.control(Message::Watermark(out_wm))
     }
 
+    /// The chain's timer is due: what its operators emit goes downstream.
+    fn timer(&mut self, chain: &mut Chain) -> Result<(), TaskExit> {
+        self.streaming(|emit| chain.on_timer(emit))
+    }
+
+    /// A barrier comes: what the chain's operators hold in memory goes downstream first.
+    fn prepare_barrier(&mut self, chain: &mut Chain) -> Result<(), TaskExit> {
+        self.streaming(|emit| chain.prepare_barrier(emit))
+    }
+
     fn end(&mut self, chain: &mut Chain) -> Result<(), TaskExit> {
         self.streaming(|emit| chain.finish(emit))?;
         self.control(Message::End)
@@ -179,12 +189,15 @@ pub fn run_source_task(
     }
     let mut skipped = 0;
     let mut idle = false;
+    let mut timer = ChainTimer::new(&chain);
     loop {
         if cancel.load(Ordering::Relaxed) {
             return Err(TaskExit::Disconnected);
         }
+        timer.fire_if_due(&mut chain, &mut outlets)?;
         if let Some(c) = control.as_mut() {
             while let Ok(barrier) = c.barriers.try_recv() {
+                outlets.prepare_barrier(&mut chain)?;
                 let position = source_checkpoint(c.checkpoint.task, reader.as_ref(), &clock);
                 c.checkpoint.ack(&mut chain, barrier, Some(position))?;
                 outlets.control(Message::Barrier(barrier))?;
@@ -271,8 +284,12 @@ pub fn run_operator_task(
     mut outlets: Outlets,
     mut checkpoint: Option<TaskCheckpoint>,
 ) -> Result<(), TaskExit> {
+    let mut timer = ChainTimer::new(&chain);
     loop {
-        match gate.next_event()? {
+        // Due while events kept coming: fire before waiting for more.
+        timer.fire_if_due(&mut chain, &mut outlets)?;
+        match gate.next_event(timer.due)? {
+            GateEvent::Timer => timer.fire_if_due(&mut chain, &mut outlets)?,
             GateEvent::Batch(batch, input) => {
                 let out = chain.process(batch, input)?;
                 outlets.batches(out)?;
@@ -280,6 +297,7 @@ pub fn run_operator_task(
             GateEvent::Watermark(w) => outlets.watermark(&mut chain, w)?,
             GateEvent::Idle(idle) => outlets.control(Message::Idle(idle))?,
             GateEvent::Barrier(barrier) => {
+                outlets.prepare_barrier(&mut chain)?;
                 if let Some(c) = checkpoint.as_mut() {
                     c.ack(&mut chain, barrier, None)?;
                 }
@@ -299,6 +317,36 @@ pub fn run_operator_task(
                 return Ok(());
             }
         }
+    }
+}
+
+/// When the chain's operator timers are due next (processing time).
+struct ChainTimer {
+    interval: Option<Duration>,
+    due: Option<Instant>,
+}
+
+impl ChainTimer {
+    fn new(chain: &Chain) -> Self {
+        let interval = chain.timer_interval();
+        Self {
+            interval,
+            due: interval.map(|i| Instant::now() + i),
+        }
+    }
+
+    /// Calls the chain's timers when they are due, and sets the next time.
+    fn fire_if_due(&mut self, chain: &mut Chain, outlets: &mut Outlets) -> Result<(), TaskExit> {
+        let (Some(due), Some(interval)) = (self.due, self.interval) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        if now < due {
+            return Ok(());
+        }
+        outlets.timer(chain)?;
+        self.due = Some(now + interval);
+        Ok(())
     }
 }
 

@@ -73,6 +73,14 @@ pub struct JobSettings {
         skip_serializing_if = "Option::is_none"
     )]
     pub state_ttl: Option<Duration>,
+    /// `early_fire_interval` of the job (its WITH, else the session's when it was created).
+    #[serde(
+        default,
+        rename = "early_fire_interval_ms",
+        with = "optional_millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub early_fire_interval: Option<Duration>,
 }
 
 impl JobSettings {
@@ -82,6 +90,7 @@ impl JobSettings {
             streaming: self.streaming,
             early_fire: self.early_fire,
             state_ttl: self.state_ttl,
+            early_fire_interval: self.early_fire_interval,
         }
     }
 }
@@ -256,6 +265,7 @@ mod tests {
                 streaming: false,
                 early_fire: false,
                 state_ttl: None,
+                early_fire_interval: None,
             },
             base_dir: PathBuf::from("/work"),
             state: JobState::Stopped,

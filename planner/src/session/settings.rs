@@ -21,6 +21,17 @@ pub(super) fn parse_state_ttl(value: &str) -> Result<Option<Duration>> {
     Ok(Some(d))
 }
 
+/// `off` (or `none`, `0`): early results after every input batch; otherwise a positive
+/// duration between two emissions.
+pub(super) fn parse_early_fire_interval(value: &str) -> Result<Option<Duration>> {
+    let v = value.trim().trim_matches('\'').trim();
+    if ["off", "none", "0"].contains(&v.to_ascii_lowercase().as_str()) {
+        return Ok(None);
+    }
+    let d = parse_duration(v).map_err(|e| invalid!("early_fire_interval: {e}"))?;
+    Ok((!d.is_zero()).then_some(d))
+}
+
 pub(super) fn parse_duration(value: &str) -> Result<Duration> {
     weir_connectors::options::parse_duration(value).map_err(|e| invalid!("{e}"))
 }
@@ -200,6 +211,14 @@ impl Session {
                 "on_close: a window aggregate emits each window's row once, when the watermark passes its end; on_update: it emits partial results as rows arrive and replaces them (-U/+U) until the window closes (an updating result)",
             ),
             (
+                "early_fire_interval",
+                self.config
+                    .modes
+                    .early_fire_interval
+                    .map_or_else(|| "off".to_string(), format_duration),
+                "with window_emit = 'on_update': off emits each window's changed rows after every input batch; a duration emits each row's net change that often (processing time), and a window's final row when it closes; a sink's WITH (early_fire_interval = ...) sets its own",
+            ),
+            (
                 "state_ttl",
                 self.config
                     .modes
@@ -282,6 +301,10 @@ impl Session {
             }
             "state_ttl" => {
                 self.config.modes.state_ttl = parse_state_ttl(value)?;
+                Ok(())
+            }
+            "early_fire_interval" => {
+                self.config.modes.early_fire_interval = parse_early_fire_interval(value)?;
                 Ok(())
             }
             "late_rows" => {

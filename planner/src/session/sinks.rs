@@ -13,7 +13,7 @@ use weir_connectors::{create_sink, Options, SinkContext};
 use weir_engine::JobGraph;
 use weir_engine::OperatorFactory;
 
-use super::settings::{parse_delivery, parse_duration, parse_state_ttl};
+use super::settings::{parse_delivery, parse_duration, parse_early_fire_interval, parse_state_ttl};
 use super::{text_rows, Session, SessionConfig, StatementResult};
 use crate::catalog::TableDef;
 use crate::error::{PlanError, Result};
@@ -189,6 +189,7 @@ impl Session {
             streaming: self.config.modes.streaming,
             early_fire: self.config.modes.early_fire,
             state_ttl: self.config.modes.state_ttl,
+            early_fire_interval: self.config.modes.early_fire_interval,
         };
         let mut rest = Vec::new();
         for (k, v) in options.drain(..) {
@@ -196,6 +197,9 @@ impl Session {
                 "checkpoint_interval" => settings.checkpoint_interval = parse_duration(&v)?,
                 "delivery" => settings.exactly_once = parse_delivery(&v)?,
                 "state_ttl" => settings.state_ttl = parse_state_ttl(&v)?,
+                "early_fire_interval" => {
+                    settings.early_fire_interval = parse_early_fire_interval(&v)?
+                }
                 _ => rest.push((k, v)),
             }
         }

@@ -11,8 +11,8 @@ use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggrega
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_engine::operators::{
-    GroupAggregateSpec, GroupColumn, UpdatingAggKind, UpdatingAggregate, WindowAggregateSpec,
-    WindowBound, WindowColumn, WindowEdge,
+    ChangelogBufferSpec, GroupAggregateSpec, GroupColumn, UpdatingAggKind, UpdatingAggregate,
+    WindowAggregateSpec, WindowBound, WindowColumn, WindowEdge,
 };
 use weir_engine::{Partitioning, Stage, StageInput};
 
@@ -165,6 +165,22 @@ impl StreamPlanner<'_> {
         };
         let stage = self.keyed_stage(&input, keys, None, &input_arrow, "aggregate");
         self.stages[stage].chain.push(Arc::new(spec));
+        if let (Some(window), Some(interval)) = (window, self.modes.early_fire_interval) {
+            // Early results every interval: each group's net change since the last time.
+            let output_window = agg
+                .group_expr
+                .iter()
+                .position(|e| match e.clone().unalias() {
+                    Expr::Column(c) => input.schema.index_of_column(&c).ok() == Some(window.index),
+                    _ => false,
+                });
+            self.stages[stage].chain.push(Arc::new(ChangelogBufferSpec {
+                schema: arrow_schema(&agg.schema),
+                key: (0..groups).collect(),
+                interval,
+                window: output_window.map(|i| WindowColumn::new(i, window.bound)),
+            }));
+        }
         Ok(Stream {
             stage,
             schema: agg.schema.clone(),

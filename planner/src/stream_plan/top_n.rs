@@ -33,14 +33,18 @@ impl StreamPlanner<'_> {
     /// the optimizer leaves it when columns are dropped or renamed): a window Top-N.
     /// `None`: the filter is not over a window function.
     pub(super) fn plan_top_n_filter(&mut self, filter: &Filter) -> Result<Option<Stream>> {
+        let rank_unused = self
+            .rank_unused
+            .take_if(|f| *f == filter as *const _ as usize)
+            .is_some();
         match filter.input.as_ref() {
-            LogicalPlan::Window(w) => self.plan_top_n(&filter.predicate, w).map(Some),
+            LogicalPlan::Window(w) => self.plan_top_n(&filter.predicate, w, rank_unused).map(Some),
             LogicalPlan::Projection(p) => {
                 let LogicalPlan::Window(w) = p.input.as_ref() else {
                     return Ok(None);
                 };
                 let predicate = below_projection(&filter.predicate, p)?;
-                let stream = self.plan_top_n(&predicate, w)?;
+                let stream = self.plan_top_n(&predicate, w, rank_unused)?;
                 self.project(stream, p).map(Some)
             }
             _ => Ok(None),
@@ -48,7 +52,13 @@ impl StreamPlanner<'_> {
     }
 
     /// `predicate` (over `window`'s output) on the row number of `window`: a window Top-N.
-    fn plan_top_n(&mut self, predicate: &Expr, window: &Window) -> Result<Stream> {
+    /// `rank_unused`: the query's output leaves the row number out.
+    fn plan_top_n(
+        &mut self,
+        predicate: &Expr,
+        window: &Window,
+        rank_unused: bool,
+    ) -> Result<Stream> {
         let [expr] = window.window_expr.as_slice() else {
             return Err(not_supported!(
                 "several OVER (...) functions at once; {USAGE}"
@@ -89,7 +99,7 @@ impl StreamPlanner<'_> {
             .or_else(|| windows.first())
             .copied();
         let Some(window_column) = window_column else {
-            return self.plan_group_top_n(input, keys, window, &kept);
+            return self.plan_group_top_n(input, keys, window, &kept, rank_unused);
         };
         self.append_only(&input, "a window Top-N")?;
         let input_arrow = arrow_schema(&input.schema);
@@ -130,6 +140,7 @@ impl StreamPlanner<'_> {
         keys: Vec<Arc<dyn PhysicalExpr>>,
         window: &Window,
         kept: &Kept,
+        rank_unused: bool,
     ) -> Result<Stream> {
         let Expr::WindowFunction(function) = unalias(&window.window_expr[0]) else {
             return Err(invalid!("a Top-N without its ROW_NUMBER()"));
@@ -148,11 +159,14 @@ impl StreamPlanner<'_> {
             first: kept.first.clamp(1, u64::MAX as i128) as u64,
             last: kept.last.clamp(0, u64::MAX as i128) as u64,
             at_end,
+            emit_rows: rank_unused,
             output_schema: arrow_schema(&window.schema),
             state_ttl: self.modes.state_ttl.filter(|_| !at_end),
             description: format!(
                 "TopN ({}): {}",
-                if updating {
+                if updating && rank_unused {
+                    "updating, rows entering and leaving"
+                } else if updating {
                     "updating"
                 } else if at_end {
                     "at end of input"

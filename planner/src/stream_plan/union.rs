@@ -1,16 +1,21 @@
 //! `UNION ALL`: the inputs' streams merged into one stage. The stage's watermark is the
 //! minimum of its inputs' (the runtime's input gate takes it), so a window downstream fires
-//! only when every input has passed its end.
+//! only when every input has passed its end. With an updating input the union is updating
+//! (DESIGN.md §8): the changelogs merge, append-only inputs' rows as inserts.
 
 use std::sync::Arc;
 
+use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Union;
-use datafusion::physical_expr::expressions::Column as PhysicalColumn;
+use datafusion::physical_expr::expressions::{Column as PhysicalColumn, Literal};
 use datafusion::physical_expr::PhysicalExpr;
+use weir_engine::changelog::{self, Op};
+use weir_engine::operators::CalcOperator;
 use weir_engine::{Partitioning, Stage, StageInput};
 
-use super::{Stream, StreamPlanner};
+use super::{arrow_schema, Stream, StreamPlanner};
 use crate::error::{PlanError, Result};
+use crate::not_supported;
 
 impl StreamPlanner<'_> {
     /// A stage reading every input of the union. Inputs of one parallelism are forwarded
@@ -21,8 +26,13 @@ impl StreamPlanner<'_> {
             .iter()
             .map(|input| self.plan(input))
             .collect::<Result<Vec<_>>>()?;
-        for input in &inputs {
-            self.append_only(input, "UNION")?;
+        // A union with an updating input is updating: its append-only inputs' rows become
+        // inserts, and each input's changes keep their order (see `route`).
+        let updating = inputs.iter().find_map(|s| s.updating);
+        if updating.is_some() {
+            for input in inputs.iter().filter(|s| s.updating.is_none()) {
+                self.as_inserts(input);
+            }
         }
         let fields = union.schema.fields();
         for (n, input) in inputs.iter().enumerate() {
@@ -66,11 +76,13 @@ impl StreamPlanner<'_> {
                 self.parallelism,
                 inputs
                     .iter()
-                    .map(|s| StageInput {
-                        from: s.stage,
-                        partitioning: self.spread(s),
+                    .map(|s| {
+                        Ok(StageInput {
+                            from: s.stage,
+                            partitioning: self.route(s)?,
+                        })
                     })
-                    .collect(),
+                    .collect::<Result<Vec<_>>>()?,
             ),
         };
         self.stages.push(Stage {
@@ -89,9 +101,53 @@ impl StreamPlanner<'_> {
             bounded: inputs.iter().all(|s| s.bounded),
             // Rows of the inputs interleave as they arrive.
             unordered: true,
-            updating: None,
+            updating,
             unique_key: None,
         })
+    }
+
+    /// An append-only input of an updating union: each row an insert (`+I`).
+    fn as_inserts(&mut self, input: &Stream) {
+        let arrow = arrow_schema(&input.schema);
+        let mut exprs: Vec<Arc<dyn PhysicalExpr>> = arrow
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Arc::new(PhysicalColumn::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        exprs.push(Arc::new(Literal::new(ScalarValue::Int8(Some(
+            Op::Insert.code(),
+        )))));
+        let calc = CalcOperator::new(
+            None,
+            Some(exprs),
+            changelog::with_op_field(&arrow),
+            "Project: every row an insert (+I)".into(),
+        );
+        self.push(input, Arc::new(calc));
+    }
+
+    /// How an input reaches a union stage of another parallelism: an append-only one spread
+    /// by all its columns; an updating one by its unique key, so that each key's changes stay
+    /// in one channel, in order.
+    fn route(&self, stream: &Stream) -> Result<Partitioning> {
+        if stream.updating.is_none() || self.parallelism == 1 {
+            return Ok(self.spread(stream));
+        }
+        let Some(key) = &stream.unique_key else {
+            return Err(not_supported!(
+                "UNION ALL of an updating input without a key at another parallelism than the union's ({})",
+                stream.updating.unwrap_or_default()
+            ));
+        };
+        Ok(Partitioning::Hash(
+            key.iter()
+                .map(|&i| {
+                    Arc::new(PhysicalColumn::new(stream.schema.field(i).name(), i))
+                        as Arc<dyn PhysicalExpr>
+                })
+                .collect(),
+        ))
     }
 
     /// Rows of `stream` spread over the instances by the hash of all their columns.

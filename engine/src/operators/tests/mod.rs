@@ -2,6 +2,7 @@
 //! against an independent computation, across barriers, restores at other parallelisms and
 //! spills.
 
+mod changelog_buffer;
 mod emit_order;
 mod group_aggregate;
 mod interval_join;

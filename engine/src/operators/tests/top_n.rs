@@ -40,6 +40,8 @@ struct Mode {
     at_end: bool,
     first: u64,
     last: u64,
+    /// The row number is left out of the output: rows entering and leaving are emitted.
+    rows: bool,
 }
 
 /// `ROW_NUMBER() OVER ([PARTITION BY p] [ORDER BY v DESC NULLS LAST]) BETWEEN first AND last`.
@@ -67,6 +69,7 @@ fn top_n(m: Mode) -> OperatorUnderTest {
         first: m.first,
         last: m.last,
         at_end: m.at_end,
+        emit_rows: m.rows,
         output_schema: Arc::new(Schema::new(out)),
         state_ttl: None,
         description: format!("{m:?}"),
@@ -152,17 +155,23 @@ fn direct(m: Mode, rows: &[Row]) -> Table {
         for (i, r) in rows.iter().enumerate() {
             let rn = i as u64 + 1;
             if rn >= m.first && rn <= m.last {
-                *out.entry(vec![r.0, r.1, Some(r.2), Some(rn as i64)])
-                    .or_default() += 1;
+                let mut row = vec![r.0, r.1, Some(r.2)];
+                if !m.rows {
+                    row.push(Some(rn as i64));
+                }
+                *out.entry(row).or_default() += 1;
             }
         }
     }
     out
 }
 
-fn apply(table: &mut Table, batches: &[RecordBatch], updating: bool) {
+/// Applies the output; without the row number when `m.rows` (it is the rank at the time of
+/// each change, which a row keeps no longer than the next shift).
+fn apply(m: Mode, table: &mut Table, batches: &[RecordBatch], updating: bool) {
     apply_multiset(table, batches, updating, |rel, i| {
-        rel.columns()
+        let width = rel.num_columns() - usize::from(m.rows);
+        rel.columns()[..width]
             .iter()
             .map(|c| match ScalarValue::try_from_array(c, i).unwrap() {
                 ScalarValue::Int64(v) => v,
@@ -185,7 +194,7 @@ fn check(m: Mode, seed: u64, parallelism: usize, restarts: &[(usize, usize)]) {
     for (i, step) in changes(seed, 40, m.updating).iter().enumerate() {
         if let Some(&(_, p)) = restarts.iter().find(|(at, _)| *at == i) {
             let checkpoint = h.barrier().unwrap();
-            apply(&mut table, &h.take_output(), updating);
+            apply(m, &mut table, &h.take_output(), updating);
             h = op.restore(&checkpoint, p).unwrap();
         }
         h.batch(0, batch(step, m.updating)).unwrap();
@@ -197,7 +206,7 @@ fn check(m: Mode, seed: u64, parallelism: usize, restarts: &[(usize, usize)]) {
                 live.remove(at);
             }
         }
-        apply(&mut table, &h.take_output(), updating);
+        apply(m, &mut table, &h.take_output(), updating);
         if !m.at_end {
             assert_eq!(
                 table,
@@ -207,7 +216,7 @@ fn check(m: Mode, seed: u64, parallelism: usize, restarts: &[(usize, usize)]) {
         }
     }
     h.end().unwrap();
-    apply(&mut table, &h.take_output(), updating);
+    apply(m, &mut table, &h.take_output(), updating);
     assert_eq!(table, direct(m, &live), "{m:?}, seed {seed}, at the end");
 }
 
@@ -218,6 +227,7 @@ const RANKED: Mode = Mode {
     at_end: false,
     first: 1,
     last: 3,
+    rows: false,
 };
 
 #[test]
@@ -246,6 +256,27 @@ fn the_top_rows_follow_inserts_updates_and_deletes() {
         );
         // Deduplication keeping the row with the largest v.
         check(Mode { last: 1, ..RANKED }, seed, 2, &[]);
+        // Without the row number in the output: rows entering and leaving the top.
+        check(
+            Mode {
+                rows: true,
+                ..RANKED
+            },
+            seed,
+            2,
+            &[(15, 3)],
+        );
+        check(
+            Mode {
+                rows: true,
+                first: 2,
+                last: 5,
+                ..RANKED
+            },
+            seed,
+            1,
+            &[],
+        );
         // An append-only input keeps only the top rows, and emits the same changes.
         check(
             Mode {
