@@ -6,8 +6,9 @@
 #                               (librocksdb-sys runs bindgen, which dlopens libclang)
 #   scripts/setup.sh --tests    also what the tests use: PostgreSQL server binaries (the
 #                               postgres sink's tests start a real server), psql, a Python
-#                               virtualenv with psycopg 3 and psycopg2, sqllogictest-bin, and
-#                               tansu (a Kafka-compatible broker with transactions)
+#                               virtualenv with psycopg 3 and psycopg2, sqllogictest-bin,
+#                               tansu (a Kafka-compatible broker with transactions), and
+#                               headless Chromium with chromedriver (the dashboard's test)
 #   scripts/setup.sh --check    install nothing; report what is missing (exit 1 if anything)
 #
 # Each check tests the very file or command that is used, not a look-alike: libclang-cpp.so
@@ -65,6 +66,9 @@ have_pg_server() {
 have_psql() { command -v psql >/dev/null 2>&1 && psql --version >/dev/null 2>&1; }
 # `python3 -m venv` needs both modules (Debian ships ensurepip in python3-venv).
 have_python_venv() { python3 -c 'import venv, ensurepip' >/dev/null 2>&1; }
+# The dashboard's browser test drives headless Chromium through chromedriver (WebDriver).
+have_chromium() { command -v chromium >/dev/null 2>&1 && chromium --version >/dev/null 2>&1; }
+have_chromedriver() { command -v chromedriver >/dev/null 2>&1 && chromedriver --version >/dev/null 2>&1; }
 
 VENV="${WEIR_VENV:-/var/tmp/weir-venv}"
 have_drivers() { "$VENV/bin/python" -c 'import psycopg, psycopg2' >/dev/null 2>&1; }
@@ -85,6 +89,8 @@ if [ "$mode" = tests ] || [ "$mode" = check-tests ]; then
     "have_psql|postgresql-client|psql for the wire tests"
     "have_python_venv|python3-venv|python3 -m venv for the psycopg tests"
     "have_patch|patch|patch(1), to build the tests' Kafka broker with scripts/tansu/end-txn.patch"
+    "have_chromium|chromium|headless Chromium for the dashboard's browser test"
+    "have_chromedriver|chromium-driver|chromedriver (WebDriver) for the dashboard's browser test"
   )
 fi
 

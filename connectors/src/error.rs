@@ -7,10 +7,14 @@ use weir_engine::EngineError;
 pub enum ConnectorError {
     #[error("unknown connector '{name}' (known: {known})")]
     UnknownConnector { name: String, known: String },
-    #[error("unknown option '{option}' for connector '{connector}' (allowed: {allowed})")]
+    #[error(
+        "unknown option '{option}' for connector '{connector}'{suggestion} (allowed: {allowed})"
+    )]
     UnknownOption {
         connector: String,
         option: String,
+        /// `" (did you mean 'x'?)"` or empty.
+        suggestion: String,
         allowed: String,
     },
     #[error("missing option '{0}'")]

@@ -14,6 +14,7 @@ pub mod quote;
 pub mod rate;
 pub mod redact;
 pub mod sinks;
+pub mod suggest;
 
 use std::sync::Arc;
 
@@ -27,6 +28,22 @@ pub use options::Options;
 pub const SOURCE_CONNECTORS: &[&str] = &["file", "kafka", "nexmark"];
 /// The connectors a sink can name.
 pub const SINK_CONNECTORS: &[&str] = &["file", "kafka", "postgres", "blackhole"];
+
+/// The WITH option keys a connector accepts in CREATE TABLE (`sink = false`) or CREATE
+/// SINK: what the REPL completes and "did you mean" suggests from. Empty for an unknown
+/// connector.
+pub fn option_keys(connector: &str, sink: bool) -> &'static [&'static str] {
+    match (connector.to_ascii_lowercase().as_str(), sink) {
+        ("file", false) => file::OPTIONS,
+        ("kafka", false) => kafka::source::OPTIONS,
+        ("nexmark", false) => nexmark::OPTIONS,
+        ("file", true) => sinks::file::OPTIONS,
+        ("kafka", true) => kafka::sink::OPTIONS,
+        ("postgres", true) => sinks::postgres::OPTIONS,
+        ("blackhole", true) => &["connector"],
+        _ => &[],
+    }
+}
 
 pub use kafka::sink::SinkContext;
 

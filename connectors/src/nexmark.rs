@@ -30,7 +30,7 @@ use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 use crate::rate::RateLimit;
 
-const OPTIONS: &[&str] = &[
+pub(crate) const OPTIONS: &[&str] = &[
     "connector",
     "stream",
     "events",

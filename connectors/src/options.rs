@@ -108,6 +108,7 @@ impl Options {
             Some(k) => Err(ConnectorError::UnknownOption {
                 connector: connector.to_string(),
                 option: k.clone(),
+                suggestion: crate::suggest::did_you_mean(k, allowed.iter().copied()),
                 allowed: allowed.join(", "),
             }),
         }

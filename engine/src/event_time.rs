@@ -50,6 +50,9 @@ pub struct EventTimeSpec {
     pub out_of_bound: Option<usize>,
     /// Hand the late rows on ([`Assigned::late`]) to be kept as a table, not only counted.
     pub keep_late: bool,
+    /// The column `WATERMARK FOR` names: its newest value is reported
+    /// ([`EventTimeAssigner::newest`]), to show how far the watermark trails it.
+    pub event_time: Option<usize>,
 }
 
 /// A processing-time column (`pt AS PROCTIME()`): the wall clock when the source read the row.
@@ -106,6 +109,8 @@ pub struct Assigned {
 pub struct EventTimeAssigner {
     spec: EventTimeSpec,
     watermark: EventTime,
+    /// The newest event time seen (the `event_time` column's maximum).
+    newest: EventTime,
     /// Reused per batch: the watermark just before each row.
     row_watermarks: Vec<EventTime>,
 }
@@ -129,8 +134,15 @@ impl EventTimeAssigner {
         Self {
             spec,
             watermark: WATERMARK_MIN,
+            newest: WATERMARK_MIN,
             row_watermarks: Vec::new(),
         }
+    }
+
+    /// The newest event time among the rows assigned so far (`WATERMARK_MIN` before any, or
+    /// without an event-time column).
+    pub fn newest(&self) -> EventTime {
+        self.newest
     }
 
     /// Continues from a checkpointed watermark (the running maximum), so that rows replayed
@@ -155,6 +167,12 @@ impl EventTimeAssigner {
     pub fn assign(&mut self, batch: RecordBatch) -> Result<Assigned> {
         let batch = self.stamp(batch)?;
         self.advance_watermark(&batch)?;
+        if let Some(column) = self.spec.event_time {
+            let times = timestamps_as_nanos(batch.column(column))?;
+            if let Some(t) = datafusion::arrow::compute::max(&times) {
+                self.newest = self.newest.max(t);
+            }
+        }
         self.judge(batch)
     }
 
@@ -481,6 +499,7 @@ mod tests {
             }),
             out_of_bound: None,
             keep_late: true,
+            event_time: None,
         })
     }
 
@@ -571,6 +590,7 @@ mod tests {
             proctime: None,
             out_of_bound: Some(1),
             keep_late: false,
+            event_time: None,
         };
         // Watermarks before each row: -inf, 5, 25, 25; rows 3 (t=12 < 25) and 4 (t=21) late.
         let rows = [(1, 5), (2, 25), (3, 12), (4, 21), (5, 25)];

@@ -35,7 +35,7 @@ pub use graph::{
     TaskInfo,
 };
 pub use message::{Barrier, BarrierKind, Message, WATERMARK_MAX, WATERMARK_MIN};
-pub use metrics::{JobMetrics, MetricsSnapshot};
+pub use metrics::{JobMetrics, MetricsSnapshot, StageSnapshot, TaskMetrics};
 pub use operator::{Operator, Output};
 pub use runtime::{partition_of_rows, spawn_job, JobConfig, JobHandle};
 pub use source::{SourcePoll, SourceReader, SplitId};

@@ -32,6 +32,12 @@ pub trait SourceReader: Send {
     /// Read the next rows.
     fn poll_next(&mut self) -> Result<SourcePoll>;
 
+    /// Of a bounded source that knows its size: bytes read so far and in all (a progress
+    /// bar's percent and ETA). `None`: unknown.
+    fn progress(&self) -> Option<(u64, u64)> {
+        None
+    }
+
     /// Malformed rows skipped so far (when the table asks to skip them).
     fn skipped_rows(&self) -> u64 {
         0

@@ -122,7 +122,7 @@ impl ContextProvider for PlanningContext<'_> {
             })),
             // Typed, so that the error comes out of DataFusion's planner as UnknownTable.
             None => Err(DataFusionError::External(Box::new(
-                crate::error::PlanError::UnknownTable(name.to_string()),
+                crate::error::PlanError::unknown_table(name.to_string()),
             ))),
         }
     }

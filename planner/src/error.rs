@@ -1,5 +1,6 @@
 //! Planner errors. Each names what is wrong and, for syntax errors, where.
 
+use datafusion::common::SchemaError;
 use datafusion::error::DataFusionError;
 use weir_connectors::ConnectorError;
 use weir_engine::EngineError;
@@ -16,8 +17,12 @@ pub enum PlanError {
     /// Valid SQL that weir does not run yet.
     #[error("not supported: {0}")]
     NotSupported(String),
-    #[error("table '{0}' does not exist")]
-    UnknownTable(String),
+    /// A relation the catalog does not hold; `suggestion`: a known name close to it.
+    #[error("table '{name}' does not exist{}", suggestion.as_deref().map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default())]
+    UnknownTable {
+        name: String,
+        suggestion: Option<String>,
+    },
     #[error("table '{0}' already exists")]
     TableExists(String),
     /// The statement reaches for something this session may not touch (a file outside the
@@ -54,7 +59,20 @@ fn datafusion_message(e: &DataFusionError) -> String {
         DataFusionError::Plan(m)
         | DataFusionError::Execution(m)
         | DataFusionError::NotImplemented(m) => m.clone(),
-        DataFusionError::SchemaError(inner, _) => inner.to_string(),
+        DataFusionError::SchemaError(inner, _) => match inner.as_ref() {
+            // "No field named x. Valid fields are ...": name the likeliest one first.
+            SchemaError::FieldNotFound {
+                field,
+                valid_fields,
+            } => {
+                let names: Vec<&str> = valid_fields.iter().map(|c| c.name.as_str()).collect();
+                match weir_connectors::suggest::closest(&field.name, names.iter().copied()) {
+                    Some(near) => format!("{inner} (did you mean '{near}'?)"),
+                    None => inner.to_string(),
+                }
+            }
+            _ => inner.to_string(),
+        },
         other => other.strip_backtrace(),
     };
     text.trim().to_string()
@@ -82,7 +100,10 @@ impl PlanError {
     fn cloned(&self) -> Option<PlanError> {
         Some(match self {
             PlanError::NotSupported(m) => PlanError::NotSupported(m.clone()),
-            PlanError::UnknownTable(m) => PlanError::UnknownTable(m.clone()),
+            PlanError::UnknownTable { name, suggestion } => PlanError::UnknownTable {
+                name: name.clone(),
+                suggestion: suggestion.clone(),
+            },
             PlanError::TableExists(m) => PlanError::TableExists(m.clone()),
             PlanError::PermissionDenied(m) => PlanError::PermissionDenied(m.clone()),
             PlanError::Invalid(m) => PlanError::Invalid(m.clone()),
@@ -90,6 +111,14 @@ impl PlanError {
             PlanError::TooComplex(m) => PlanError::TooComplex(m.clone()),
             _ => return None,
         })
+    }
+
+    /// A relation that does not exist (the session adds a suggestion).
+    pub fn unknown_table(name: impl Into<String>) -> Self {
+        PlanError::UnknownTable {
+            name: name.into(),
+            suggestion: None,
+        }
     }
 
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
@@ -104,7 +133,7 @@ impl PlanError {
         match self {
             PlanError::Syntax { .. } => "42601",
             PlanError::NotSupported(_) => "0A000",
-            PlanError::UnknownTable(_) => "42P01",
+            PlanError::UnknownTable { .. } => "42P01",
             PlanError::TableExists(_) => "42P07",
             PlanError::PermissionDenied(_) => "42501",
             PlanError::DataFusion(e)

@@ -17,7 +17,10 @@ pub mod window_tvf;
 
 pub use catalog::{Catalog, TableDef};
 pub use error::{PlanError, Result};
-pub use session::{QueryRun, Session, SessionConfig, StatementResult};
+pub use session::{
+    JobObserver, QueryRun, Relation, RelationKind, Session, SessionConfig, StatementResult,
+    Vocabulary,
+};
 
 /// Text forms of values (kept in the connectors, which the file sink shares).
 pub use weir_connectors::display;

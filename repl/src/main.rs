@@ -1,10 +1,16 @@
 //! The `weir` binary: interactive REPL, script runner (`-f`).
 
+mod complete;
+mod diagnose;
+mod helper;
+mod http;
 mod output;
 mod repl;
 mod runner;
 mod server;
+mod status;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -55,6 +61,14 @@ struct Cli {
     /// parallelism the jobs resume at (default: as they were created).
     #[arg(long, global = true)]
     parallelism: Option<usize>,
+    /// Serve Prometheus metrics (/metrics), a JSON API (/api/) and a dashboard (/) of the
+    /// jobs on this address, e.g. 127.0.0.1:9187 (port 0: any free port, printed at start).
+    #[arg(long, global = true, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    /// With -f: show the live status line (rates, watermark, checkpoint, progress) on stderr
+    /// also with --format csv or json (it is on for tables; only ever on a terminal).
+    #[arg(long)]
+    status: bool,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -117,11 +131,21 @@ fn main() -> ExitCode {
             );
             return ExitCode::from(2);
         }
+        if let Some(addr) = cli.http {
+            if !addr.ip().is_loopback() && password.is_none() && !allow_insecure {
+                eprintln!(
+                    "error: --http {addr} accepts clients from other machines: set --password \
+                     (or WEIR_PASSWORD), listen on 127.0.0.1, or pass --allow-insecure"
+                );
+                return ExitCode::from(2);
+            }
+        }
         let options = server::ServeOptions {
             listen,
             file_root: file_root.unwrap_or_else(|| PathBuf::from(".")),
             config,
             password,
+            http: cli.http,
         };
         return match server::serve(options) {
             Ok(()) => ExitCode::SUCCESS,
@@ -154,6 +178,22 @@ fn main() -> ExitCode {
     for w in warnings {
         eprintln!("warning: {w}");
     }
+    if let Some(addr) = cli.http {
+        if !addr.ip().is_loopback() {
+            eprintln!(
+                "error: --http {addr} would show the jobs to other machines without a password: \
+                 listen on 127.0.0.1, or use weir serve --password"
+            );
+            return ExitCode::from(2);
+        }
+        match http::start(addr, session.job_observer(), None) {
+            Ok(server) => eprintln!("dashboard and metrics at http://{}/", server.addr),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     if let (true, Some(interrupted)) = (resume, interrupted.clone()) {
         let resumed_all = session.resume_failures().is_empty();
         let mut runner = runner::Runner::new(&mut session, cli.format, interrupted);
@@ -176,6 +216,8 @@ fn main() -> ExitCode {
                 runner::install_interrupt_handler(runner::SignalMode::Batch, None)
             });
             let mut runner = runner::Runner::new(&mut session, cli.format, interrupted);
+            runner.status_line =
+                std::io::stderr().is_terminal() && (cli.format == Format::Table || cli.status);
             match runner.run_script(&script, &path.display().to_string()) {
                 runner::ScriptEnd::Done => ExitCode::SUCCESS,
                 runner::ScriptEnd::Failed => ExitCode::FAILURE,

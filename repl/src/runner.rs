@@ -3,7 +3,7 @@
 //! In csv and json formats stdout carries only results; status lines, counts and warnings go
 //! to stderr.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use std::sync::Arc;
@@ -16,7 +16,8 @@ use weir_connectors::sinks::SinkEvent;
 use weir_planner::sql::{split_statements, StatementText};
 use weir_planner::{QueryRun, Session, StatementResult};
 
-use crate::output::{render_table, Format, ResultWriter, StreamingTable};
+use crate::output::{render_table, Format, ResultWriter, StreamingTable, TableOptions};
+use crate::status::{self, LiveStatus};
 
 /// Rows of a bounded result held to print it as one table aligned over all of them; past
 /// this it prints as it comes.
@@ -58,6 +59,14 @@ pub fn describe_error(e: &anyhow::Error) -> String {
         }
     }
     out
+}
+
+/// Runs `print` with the status line (if any) off the screen.
+fn quietly<R>(live: &Option<LiveStatus>, print: impl FnOnce() -> R) -> R {
+    match live {
+        Some(l) => l.suspend(print),
+        None => print(),
+    }
 }
 
 /// Signals received (SIGINT and SIGTERM).
@@ -150,17 +159,33 @@ static STATEMENT_RUNNING: AtomicBool = AtomicBool::new(false);
 /// Set once a write to stdout failed because its reader went away (`weir -f q.sql | head`).
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 
-/// Stdout, noting when its reader has gone (a broken pipe) so the script can end quietly
-/// instead of failing on every later line.
-struct Stdout;
+/// Where results go: stdout, noting when its reader has gone (a broken pipe) so the
+/// script can end quietly instead of failing on every later line; or a file (`\o`).
+#[derive(Clone)]
+pub enum Out {
+    Stdout,
+    File(Arc<std::sync::Mutex<std::fs::File>>),
+}
 
-impl Write for Stdout {
+impl Write for Out {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        noting_closed(std::io::stdout().lock().write(buf))
+        match self {
+            Out::Stdout => noting_closed(std::io::stdout().lock().write(buf)),
+            Out::File(f) => f
+                .lock()
+                .map_err(|_| std::io::Error::other("output file poisoned"))?
+                .write(buf),
+        }
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        noting_closed(std::io::stdout().lock().flush())
+        match self {
+            Out::Stdout => noting_closed(std::io::stdout().lock().flush()),
+            Out::File(f) => f
+                .lock()
+                .map_err(|_| std::io::Error::other("output file poisoned"))?
+                .flush(),
+        }
     }
 }
 
@@ -193,6 +218,15 @@ pub struct Runner<'a> {
     interrupt: Receiver<()>,
     /// A signal came while the last statement ran (it was cancelled).
     interrupted: bool,
+    /// Where results go (`\o FILE` sends them to a file).
+    out: Out,
+    /// NULL's text and expanded rows (`\null`, `\x`); the width is the terminal's, taken
+    /// for each statement.
+    table: TableOptions,
+    /// Print how long each statement took (`\timing`).
+    pub timing: bool,
+    /// Show the live status line on stderr while a query runs (when it is a terminal).
+    pub status_line: bool,
 }
 
 impl<'a> Runner<'a> {
@@ -202,7 +236,100 @@ impl<'a> Runner<'a> {
             format,
             interrupt,
             interrupted: false,
+            out: Out::Stdout,
+            table: TableOptions::default(),
+            timing: false,
+            status_line: false,
         }
+    }
+
+    pub fn session(&mut self) -> &mut Session {
+        self.session
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    pub fn set_format(&mut self, format: Format) {
+        self.format = format;
+    }
+
+    /// Expanded rows (`\x`).
+    pub fn expanded(&self) -> bool {
+        self.table.expanded
+    }
+
+    pub fn set_expanded(&mut self, on: bool) {
+        self.table.expanded = on;
+    }
+
+    /// How NULL is shown in tables (`\null`).
+    pub fn set_null(&mut self, text: &str) {
+        self.table.null = text.to_string();
+    }
+
+    /// Sends results to a file (`\o FILE`), or back to stdout (`None`).
+    pub fn set_output(&mut self, file: Option<&std::path::Path>) -> Result<()> {
+        self.out = match file {
+            None => Out::Stdout,
+            Some(path) => {
+                let f = std::fs::File::create(path)
+                    .map_err(|e| anyhow::anyhow!("cannot write '{}': {e}", path.display()))?;
+                Out::File(Arc::new(std::sync::Mutex::new(f)))
+            }
+        };
+        Ok(())
+    }
+
+    /// Table options for the statement about to run: fitted to the terminal when results
+    /// go to one.
+    fn table_options(&self) -> TableOptions {
+        let mut options = self.table.clone();
+        options.width = match self.out {
+            Out::Stdout if std::io::stdout().is_terminal() => {
+                terminal_size::terminal_size().map(|(w, _)| usize::from(w.0))
+            }
+            _ => None,
+        };
+        options
+    }
+
+    /// Prints rows computed by the REPL itself (`\dt`) as results are printed.
+    pub fn print_rows(&mut self, headers: &[&str], rows: Vec<Vec<String>>) -> Result<()> {
+        use datafusion::arrow::array::{ArrayRef, StringArray};
+        use datafusion::arrow::datatypes::DataType;
+        let schema = Arc::new(Schema::new(
+            headers
+                .iter()
+                .map(|h| Field::new(*h, DataType::Utf8, true))
+                .collect::<Vec<_>>(),
+        ));
+        let columns: Vec<ArrayRef> = (0..headers.len())
+            .map(|i| {
+                Arc::new(StringArray::from(
+                    rows.iter().map(|r| r[i].clone()).collect::<Vec<_>>(),
+                )) as ArrayRef
+            })
+            .collect();
+        let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
+        self.print_whole(&schema, &[batch])
+    }
+
+    /// A whole result, in the chosen format.
+    fn print_whole(&mut self, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<()> {
+        if self.format == Format::Table {
+            let text = render_table(schema, batches, &self.table_options())?;
+            write!(self.out, "{text}")?;
+            self.out.flush()?;
+        } else {
+            let mut w = ResultWriter::new(self.out.clone(), self.format, Arc::clone(schema));
+            for b in batches {
+                w.write_batch(b)?;
+            }
+            w.finish()?;
+        }
+        Ok(())
     }
 
     /// Forgets a Ctrl-C pressed before now (e.g. at the prompt).
@@ -222,7 +349,9 @@ impl<'a> Runner<'a> {
     /// Prints a status line: stdout for tables, stderr otherwise.
     fn status(&self, text: &str) -> Result<()> {
         if self.format == Format::Table {
-            writeln!(Stdout, "{text}")?;
+            let mut out = self.out.clone();
+            writeln!(out, "{text}")?;
+            out.flush()?;
         } else {
             eprintln!("{text}");
         }
@@ -250,6 +379,9 @@ impl<'a> Runner<'a> {
                     break;
                 }
                 eprintln!("error: {name}:{}: {}", stmt.line, describe_error(&e));
+                if let Some(context) = crate::diagnose::error_context(&e, stmt) {
+                    eprintln!("{context}");
+                }
                 return ScriptEnd::Failed;
             }
         }
@@ -316,8 +448,13 @@ impl<'a> Runner<'a> {
     /// Runs one statement and prints its result.
     pub fn run_statement(&mut self, stmt: &StatementText) -> Result<()> {
         STATEMENT_RUNNING.store(true, Ordering::SeqCst);
+        let started = std::time::Instant::now();
         let result = self.run_statement_inner(stmt);
         STATEMENT_RUNNING.store(false, Ordering::SeqCst);
+        if self.timing {
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            self.status(&format!("Time: {ms:.3} ms"))?;
+        }
         result
     }
 
@@ -331,17 +468,7 @@ impl<'a> Runner<'a> {
                 })?;
         match result? {
             StatementResult::Command(tag) => self.status(&tag)?,
-            StatementResult::Rows(schema, batches) => {
-                if self.format == Format::Table {
-                    write!(Stdout, "{}", render_table(&schema, &batches)?)?;
-                } else {
-                    let mut w = ResultWriter::new(Stdout, self.format, schema);
-                    for b in &batches {
-                        w.write_batch(b)?;
-                    }
-                    w.finish()?;
-                }
-            }
+            StatementResult::Rows(schema, batches) => self.print_whole(&schema, &batches)?,
             StatementResult::Query(run) => self.stream(run)?,
             StatementResult::Transaction(t) => self.status(t.tag())?,
         }
@@ -367,7 +494,9 @@ impl<'a> Runner<'a> {
             bounded,
             limit,
         } = run;
-        let mut writer = ResultWriter::new(Stdout, self.format, schema.clone());
+        let mut writer = ResultWriter::new(self.out.clone(), self.format, schema.clone());
+        let mut out = self.out.clone();
+        let table = self.table_options();
         let mut table_rows = Vec::new();
         let mut rows = 0usize;
         // A bounded result (or one with a LIMIT) prints as one table, aligned over all its
@@ -377,10 +506,25 @@ impl<'a> Runner<'a> {
         let mut held_rows = 0usize;
         let mut done = false;
         let mut streaming_table = StreamingTable::default();
+        let control = job.control();
+        let mut live = LiveStatus::start(self.status_line);
+        let ticks = match live {
+            Some(_) => crossbeam_channel::tick(status::REFRESH),
+            None => crossbeam_channel::never(),
+        };
         while !done {
             let event = select! {
                 recv(events) -> event => event,
+                recv(ticks) -> _ => {
+                    if let Some(l) = live.as_mut() {
+                        l.update(&control.metrics(), control.checkpoints().as_ref());
+                    }
+                    continue;
+                }
                 recv(self.interrupt) -> _ => {
+                    if let Some(l) = live.take() {
+                        l.finish();
+                    }
                     self.interrupted = true;
                     job.cancel();
                     drop(events);
@@ -395,32 +539,44 @@ impl<'a> Runner<'a> {
                     let b = relabel(&schema, b);
                     rows += b.num_rows();
                     done = limit.is_some_and(|l| rows >= l);
-                    match self.format {
-                        Format::Table if whole_table => {
-                            held_rows += b.num_rows();
-                            table_rows.push(b);
-                            if held_rows > WHOLE_TABLE_ROWS {
-                                whole_table = false;
-                                for b in table_rows.drain(..) {
-                                    write!(Stdout, "{}", streaming_table.render(&schema, &b)?)?;
+                    let printed = quietly(&live, || -> Result<()> {
+                        match self.format {
+                            Format::Table if whole_table => {
+                                held_rows += b.num_rows();
+                                table_rows.push(b);
+                                if held_rows > WHOLE_TABLE_ROWS {
+                                    whole_table = false;
+                                    for b in table_rows.drain(..) {
+                                        write!(
+                                            out,
+                                            "{}",
+                                            streaming_table.render(&schema, &b, &table)?
+                                        )?;
+                                    }
+                                    out.flush()?;
                                 }
-                                Stdout.flush()?;
                             }
+                            Format::Table => {
+                                write!(out, "{}", streaming_table.render(&schema, &b, &table)?)?;
+                                out.flush()?;
+                            }
+                            _ => writer.write_batch(&b)?,
                         }
-                        Format::Table => {
-                            write!(Stdout, "{}", streaming_table.render(&schema, &b)?)?;
-                            Stdout.flush()?;
-                        }
-                        _ => writer.write_batch(&b)?,
-                    }
+                        Ok(())
+                    });
+                    printed?;
                 }
                 Ok(SinkEvent::Watermark(_)) => {}
                 Err(_) => break,
             }
         }
+        if let Some(l) = live.take() {
+            l.finish();
+        }
         drop(events);
         if self.format == Format::Table && whole_table {
-            write!(Stdout, "{}", render_table(&schema, &table_rows)?)?;
+            write!(out, "{}", render_table(&schema, &table_rows, &table)?)?;
+            out.flush()?;
         }
         writer.finish()?;
         drop(writer);

@@ -349,7 +349,7 @@ fn repl_describes_quoted_names_and_keeps_history_through_a_kill() {
     let mut out = Vec::new();
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line.unwrap();
-        let done = line.contains("| 42 ");
+        let done = line.contains(" 42 |");
         out.push(line);
         if done {
             break;

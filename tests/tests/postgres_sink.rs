@@ -694,7 +694,7 @@ const TOP: &str = "SELECT k, rn, id, v FROM (SELECT id, k, v, \
 /// join reads two, and at-least-once does not align their barriers: its restored state may
 /// already hold changes one input then replays (a duplicate, as at-least-once allows).
 #[test]
-#[ignore = "passes, but a resume of these five jobs spins for minutes (open bug in docs/status.md, issue 16); run with --ignored"]
+#[ignore = "a resumed join job can wait on PostgreSQL row locks of its own prepared epoch (open bug in docs/status.md, issue 16); run with --ignored"]
 fn updating_queries_into_postgres_survive_kills_and_rescaling() {
     use common::process::kill_and_resume;
     let pg = PgServer::start();

@@ -32,7 +32,7 @@ pub use records::{FilePosition, RecordReader};
 /// A directory with more files than this is most likely a mistake (one thread per file).
 pub const MAX_PARTITIONS: usize = 256;
 
-const OPTIONS: &[&str] = &[
+pub(crate) const OPTIONS: &[&str] = &[
     "connector",
     "path",
     "format",
@@ -185,8 +185,10 @@ impl FileSourceFactory {
     ) -> EngineResult<FileReader> {
         let quote_aware = matches!(self.format, FileFormat::Csv { .. });
         let records = RecordReader::open(file, position, quote_aware)?;
+        let size = std::fs::metadata(file).map(|m| m.len()).ok();
         Ok(FileReader {
             file: file.to_path_buf(),
+            size,
             spec: self.clone(),
             skip_header: position.offset == 0
                 && matches!(self.format, FileFormat::Csv { header: true, .. }),
@@ -262,6 +264,8 @@ impl SourceFactory for FileSourceFactory {
 /// Reads one file in order.
 pub struct FileReader {
     file: PathBuf,
+    /// The file's length when opened.
+    size: Option<u64>,
     spec: FileSourceFactory,
     skip_header: bool,
     records: RecordReader,
@@ -369,5 +373,10 @@ impl SourceReader for FileReader {
 
     fn skipped_rows(&self) -> u64 {
         self.skipped
+    }
+
+    fn progress(&self) -> Option<(u64, u64)> {
+        let size = self.size?;
+        Some((self.records.position().offset.min(size), size))
     }
 }

@@ -56,7 +56,7 @@ use crate::display::{column_strings, csv_records, json_records};
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 
-const OPTIONS: &[&str] = &[
+pub(crate) const OPTIONS: &[&str] = &[
     "connector",
     "topic",
     "bootstrap_servers",

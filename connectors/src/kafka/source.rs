@@ -37,7 +37,7 @@ use crate::file::BadRows;
 use crate::options::Options;
 use crate::rate::RateLimit;
 
-const OPTIONS: &[&str] = &[
+pub(crate) const OPTIONS: &[&str] = &[
     "connector",
     "topic",
     "topic_pattern",

@@ -72,7 +72,7 @@ pub struct FileSinkFactory {
     pub op_column: bool,
 }
 
-const OPTIONS: &[&str] = &[
+pub(crate) const OPTIONS: &[&str] = &[
     "connector",
     "path",
     "format",

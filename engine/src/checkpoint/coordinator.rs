@@ -18,6 +18,9 @@ use crate::message::{Barrier, BarrierKind};
 /// Checkpoints failing in a row before the job stops with the last error.
 const MAX_CONSECUTIVE_FAILURES: u64 = 10;
 
+/// How long the coordinator waits for a report before it checks for a stop or cancel.
+const POLL: Duration = Duration::from_millis(20);
+
 /// Counters of a job's checkpoints, readable while it runs.
 #[derive(Debug, Default)]
 pub struct CheckpointStats {
@@ -28,11 +31,35 @@ pub struct CheckpointStats {
     total_duration_us: AtomicU64,
     max_duration_us: AtomicU64,
     last_bytes: AtomicU64,
+    /// Wall clock (ms since the epoch) when the newest checkpoint completed.
+    last_completed_ms: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// Completed checkpoints per duration bucket ([`DURATION_BUCKETS`], then the rest).
+    buckets: [AtomicU64; DURATION_BUCKETS.len() + 1],
+    /// The newest completed checkpoints, oldest first.
+    history: Mutex<std::collections::VecDeque<CheckpointRecord>>,
+}
+
+/// Upper bounds (seconds) of the checkpoint-duration histogram.
+pub const DURATION_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Completed checkpoints kept in [`CheckpointStats::history`].
+const HISTORY: usize = 120;
+
+/// One completed checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointRecord {
+    pub epoch: u64,
+    /// Wall clock, ms since the epoch, when it completed.
+    pub completed_ms: u64,
+    pub duration: Duration,
+    pub bytes: u64,
 }
 
 /// A copy of [`CheckpointStats`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StatsSnapshot {
     pub completed: u64,
     pub failed: u64,
@@ -46,7 +73,13 @@ pub struct StatsSnapshot {
     /// Bytes of state written by the newest checkpoint (state files are hard links, so most
     /// of it is shared with the working stores and older checkpoints).
     pub last_bytes: u64,
+    /// Wall clock (ms since the epoch) when the newest checkpoint completed (0: none yet).
+    pub last_completed_ms: u64,
     pub last_error: Option<String>,
+    /// Completed checkpoints with a duration up to each of [`DURATION_BUCKETS`]
+    /// (cumulative, as Prometheus histograms count), and the sum of all durations.
+    pub duration_buckets: Vec<(f64, u64)>,
+    pub total_duration: Duration,
 }
 
 impl CheckpointStats {
@@ -62,7 +95,57 @@ impl CheckpointStats {
             ),
             max_duration: Duration::from_micros(self.max_duration_us.load(Ordering::Relaxed)),
             last_bytes: self.last_bytes.load(Ordering::Relaxed),
+            last_completed_ms: self.last_completed_ms.load(Ordering::Relaxed),
             last_error: self.last_error.lock().ok().and_then(|e| e.clone()),
+            duration_buckets: DURATION_BUCKETS
+                .iter()
+                .zip(&self.buckets)
+                .scan(0, |sum, (&le, n)| {
+                    *sum += n.load(Ordering::Relaxed);
+                    Some((le, *sum))
+                })
+                .collect(),
+            total_duration: Duration::from_micros(self.total_duration_us.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// The newest completed checkpoints, oldest first.
+    pub fn history(&self) -> Vec<CheckpointRecord> {
+        self.history
+            .lock()
+            .map(|h| h.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Counts a completed checkpoint.
+    fn completed(&self, epoch: u64, took: Duration, bytes: u64) {
+        let us = took.as_micros() as u64;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.completed.fetch_add(1, Ordering::Relaxed);
+        self.last_epoch.store(epoch, Ordering::Relaxed);
+        self.last_duration_us.store(us, Ordering::Relaxed);
+        self.total_duration_us.fetch_add(us, Ordering::Relaxed);
+        self.max_duration_us.fetch_max(us, Ordering::Relaxed);
+        self.last_bytes.store(bytes, Ordering::Relaxed);
+        self.last_completed_ms.store(now_ms, Ordering::Relaxed);
+        let secs = took.as_secs_f64();
+        let bucket = DURATION_BUCKETS
+            .iter()
+            .position(|&le| secs <= le)
+            .unwrap_or(DURATION_BUCKETS.len());
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut h) = self.history.lock() {
+            if h.len() == HISTORY {
+                h.pop_front();
+            }
+            h.push_back(CheckpointRecord {
+                epoch,
+                completed_ms: now_ms,
+                duration: took,
+                bytes,
+            });
         }
     }
 }
@@ -215,9 +298,14 @@ impl Coordinator {
                     next = now + self.config.interval;
                 }
             }
-            let wait = next
-                .saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(20));
+            // Past `next` no barrier can go out now (one is in flight, or no source is left
+            // to take it): wait for reports, not zero. Waiting zero here spun a core for as
+            // long as each checkpoint took longer than the interval, and with a few jobs on
+            // two cores, that starved the tasks the checkpoints waited for.
+            let wait = match next.saturating_duration_since(Instant::now()) {
+                d if d.is_zero() => POLL,
+                d => d.min(POLL),
+            };
             match self.reports.recv_timeout(wait) {
                 Ok(report) => self.handle(report),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -335,17 +423,8 @@ impl Coordinator {
                 self.commit_all()?;
                 self.tell_sources(&manifest);
                 self.consecutive_failures = 0;
-                let s = &self.stats;
-                s.completed.fetch_add(1, Ordering::Relaxed);
-                s.last_epoch.store(f.epoch, Ordering::Relaxed);
-                let took = f.started.elapsed().as_micros() as u64;
-                s.last_duration_us.store(took, Ordering::Relaxed);
-                s.total_duration_us.fetch_add(took, Ordering::Relaxed);
-                s.max_duration_us.fetch_max(took, Ordering::Relaxed);
-                s.last_bytes.store(
-                    disk_usage(&self.dir.checkpoints().join(format!("{:020}", f.epoch))),
-                    Ordering::Relaxed,
-                );
+                let bytes = disk_usage(&self.dir.checkpoints().join(format!("{:020}", f.epoch)));
+                self.stats.completed(f.epoch, f.started.elapsed(), bytes);
                 // Old checkpoints are garbage now; failing to delete them is not an error of
                 // this checkpoint.
                 let _ = self.dir.prune(self.config.retain);

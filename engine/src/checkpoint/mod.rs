@@ -16,7 +16,9 @@ mod coordinator;
 mod manifest;
 
 pub(crate) use coordinator::{commit, Coordinator, TaskLinks};
-pub use coordinator::{disk_usage, CheckpointStats, CoordinatorExit, StatsSnapshot};
+pub use coordinator::{
+    disk_usage, CheckpointRecord, CheckpointStats, CoordinatorExit, StatsSnapshot, DURATION_BUCKETS,
+};
 pub use manifest::{JobDir, Manifest, PendingCommit, SourceCheckpoint, TaskId};
 
 use std::path::PathBuf;

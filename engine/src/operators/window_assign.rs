@@ -45,6 +45,7 @@ impl OperatorFactory for WindowAssignSpec {
                 proctime: None,
                 out_of_bound: None,
                 keep_late: false,
+                event_time: None,
             }),
             metrics: Arc::clone(&task.metrics),
         }))

@@ -59,6 +59,11 @@ pub struct InputGate {
 }
 
 impl InputGate {
+    /// Messages waiting in the task's input channels.
+    pub fn queued(&self) -> usize {
+        self.inputs.iter().map(|i| i.rx.len()).sum()
+    }
+
     /// `inputs` pairs each channel with the logical input it belongs to.
     pub fn new(inputs: Vec<(Receiver<Message>, usize)>, align: bool) -> Self {
         Self {

@@ -28,7 +28,7 @@ pub use chain::Chain;
 pub use input_gate::{GateEvent, InputGate};
 pub use outlet::{partition_of_rows, Outlet, TaskExit};
 pub use spawn::{spawn_job, spawn_thread_job, ThreadJob};
-pub use supervisor::{spawn_supervised, RestartPolicy, SupervisedJob};
+pub use supervisor::{spawn_supervised, RestartPolicy, SupervisedJob, SupervisedWatch};
 use task::JobShared;
 
 /// The input channels of one task, each with the logical input it belongs to.
@@ -95,6 +95,19 @@ impl JobControl {
     /// Checkpoint counters of a durable job.
     pub fn checkpoints(&self) -> Option<StatsSnapshot> {
         self.checkpoints.as_ref().map(|c| c.snapshot())
+    }
+
+    /// Each stage's counters now.
+    pub fn stages(&self) -> Vec<crate::metrics::StageSnapshot> {
+        self.metrics.stages()
+    }
+
+    /// The newest completed checkpoints of a durable job, oldest first.
+    pub fn checkpoint_history(&self) -> Vec<crate::checkpoint::CheckpointRecord> {
+        self.checkpoints
+            .as_ref()
+            .map(|c| c.history())
+            .unwrap_or_default()
     }
 
     /// See [`JobHandle::cancel`].

@@ -21,7 +21,7 @@ use crate::checkpoint::{
 use crate::error::{EngineError, Result};
 use crate::graph::{JobGraph, Partitioning, Stage, TaskInfo};
 use crate::message::{Barrier, Message, WATERMARK_MIN};
-use crate::metrics::JobMetrics;
+use crate::metrics::{JobMetrics, TaskMetrics};
 use crate::source::SourceReader;
 use crate::state::{StateHandle, TaskState};
 
@@ -34,7 +34,20 @@ const TASK_STACK: usize = 16 << 20;
 /// whose directory holds a complete checkpoint resumes from it: sinks recover (commit what
 /// that checkpoint pre-committed, abort the rest), sources rewind, state is restored.
 pub fn spawn_job(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
-    let metrics = Arc::new(JobMetrics::default());
+    let metrics = Arc::new(JobMetrics::for_stages(
+        &graph
+            .stages
+            .iter()
+            .map(|s| {
+                let capacity = if s.source.is_some() {
+                    0
+                } else {
+                    config.channel_capacity
+                };
+                (s.name.clone(), s.parallelism, capacity)
+            })
+            .collect::<Vec<_>>(),
+    ));
     let shared = Arc::new(JobShared::default());
     let committers = committers(&graph);
     let mut notes = Vec::new();
@@ -316,7 +329,8 @@ impl Launch<'_> {
                     stage: si,
                     instance,
                 };
-                let thread = self.task(task, stage, Outlets(outs), ins)?;
+                let metrics = TaskMetrics::new(Arc::clone(self.metrics), si, instance);
+                let thread = self.task(task, stage, Outlets::new(outs, metrics), ins)?;
                 self.threads.push(thread);
             }
         }

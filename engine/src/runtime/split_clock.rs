@@ -163,6 +163,15 @@ impl SplitClock {
         out.into_iter().collect()
     }
 
+    /// The newest event time any split has read.
+    pub fn newest(&self) -> EventTime {
+        self.splits
+            .values()
+            .map(|s| s.assigner.newest())
+            .max()
+            .unwrap_or(WATERMARK_MIN)
+    }
+
     /// The instance's watermark as last computed.
     pub fn current(&self) -> EventTime {
         self.watermark
@@ -184,6 +193,7 @@ mod tests {
             proctime: None,
             out_of_bound: None,
             keep_late: false,
+            event_time: None,
         }
     }
 
@@ -286,6 +296,7 @@ mod tests {
             }),
             out_of_bound: None,
             keep_late: false,
+            event_time: None,
         };
         let now = Instant::now();
         let mut clock = SplitClock::new(spec, None);

@@ -176,9 +176,49 @@ fn supervise(
     }
 }
 
+/// Reads a supervised job's counters from any thread, without owning the job; cloned freely.
+#[derive(Clone)]
+pub struct SupervisedWatch {
+    shared: Arc<Shared>,
+}
+
+impl SupervisedWatch {
+    /// Counters of the attempt running now (or of the last one).
+    pub fn metrics(&self) -> MetricsSnapshot {
+        lock(&self.shared.control).current.metrics()
+    }
+
+    /// Checkpoint counters of the attempt running now (or of the last one).
+    pub fn checkpoints(&self) -> Option<StatsSnapshot> {
+        lock(&self.shared.control).current.checkpoints()
+    }
+
+    /// Per-stage counters of the attempt running now (or of the last one).
+    pub fn stages(&self) -> Vec<crate::metrics::StageSnapshot> {
+        lock(&self.shared.control).current.stages()
+    }
+
+    /// Completed checkpoints of the attempt running now (or of the last one), oldest first.
+    pub fn checkpoint_history(&self) -> Vec<crate::checkpoint::CheckpointRecord> {
+        lock(&self.shared.control).current.checkpoint_history()
+    }
+
+    /// Restarts after failures so far.
+    pub fn restarts(&self) -> u32 {
+        self.shared.restarts.load(Ordering::Relaxed)
+    }
+}
+
 impl SupervisedJob {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A read-only handle on the job's counters for other threads.
+    pub fn watch(&self) -> SupervisedWatch {
+        SupervisedWatch {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// Counters of the attempt running now (or of the last one).

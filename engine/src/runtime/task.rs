@@ -11,6 +11,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use crate::checkpoint::{JobDir, SourceCheckpoint, TaskId, TaskReport};
 use crate::graph::TaskInfo;
 use crate::message::{Barrier, BarrierKind, EventTime, Message, WATERMARK_MAX, WATERMARK_MIN};
+use crate::metrics::TaskMetrics;
 use crate::runtime::chain::Chain;
 use crate::runtime::input_gate::{GateEvent, InputGate};
 use crate::runtime::outlet::{Outlet, TaskExit};
@@ -23,13 +24,22 @@ const IDLE_POLL: Duration = Duration::from_millis(2);
 /// How often a finished source waiting for barriers checks for cancellation.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
 
-/// What a task sends downstream: every output edge gets everything.
-pub struct Outlets(pub Vec<Outlet>);
+/// What a task sends downstream: every output edge gets everything. Counts the rows and
+/// the watermark it sends in the task's metrics.
+pub struct Outlets {
+    edges: Vec<Outlet>,
+    metrics: TaskMetrics,
+}
 
 impl Outlets {
+    pub fn new(edges: Vec<Outlet>, metrics: TaskMetrics) -> Self {
+        Self { edges, metrics }
+    }
+
     fn batches(&mut self, batches: Vec<RecordBatch>) -> Result<(), TaskExit> {
         for b in batches {
-            match self.0.as_mut_slice() {
+            self.metrics.rows_out(b.num_rows());
+            match self.edges.as_mut_slice() {
                 [] => {}
                 [only] => only.send_batch(b)?,
                 many => many.iter_mut().try_for_each(|o| o.send_batch(b.clone()))?,
@@ -39,11 +49,12 @@ impl Outlets {
     }
 
     fn control(&self, msg: Message) -> Result<(), TaskExit> {
-        self.0.iter().try_for_each(|o| o.broadcast(&msg))
+        self.edges.iter().try_for_each(|o| o.broadcast(&msg))
     }
 
     fn watermark(&mut self, chain: &mut Chain, w: EventTime) -> Result<(), TaskExit> {
         let out_wm = self.streaming(|emit| chain.on_watermark(w, emit))?;
+        self.metrics.watermark(out_wm);
         self.control(Message::Watermark(out_wm))
     }
 
@@ -222,7 +233,12 @@ pub fn run_source_task(
                     outlets.control(Message::Idle(false))?;
                 }
                 info.metrics.add_rows_in(batch.num_rows() as u64);
+                outlets.metrics.rows_in(batch.num_rows());
                 let assigned = clock.assign(split, batch, now)?;
+                info.metrics.saw_event_time(clock.newest());
+                if let Some((read, total)) = reader.progress() {
+                    outlets.metrics.progress(read, total);
+                }
                 if assigned.late_rows > 0 {
                     info.metrics.add_late_rows(assigned.late_rows);
                 }
@@ -291,6 +307,8 @@ pub fn run_operator_task(
         match gate.next_event(timer.due)? {
             GateEvent::Timer => timer.fire_if_due(&mut chain, &mut outlets)?,
             GateEvent::Batch(batch, input) => {
+                outlets.metrics.rows_in(batch.num_rows());
+                outlets.metrics.queued(gate.queued());
                 let out = chain.process(batch, input)?;
                 outlets.batches(out)?;
             }

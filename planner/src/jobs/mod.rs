@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crossbeam_channel::{never, select, Receiver, Sender};
-use weir_engine::checkpoint::{CheckpointConfig, JobDir, StatsSnapshot};
-use weir_engine::runtime::{spawn_supervised, RestartPolicy, SupervisedJob};
-use weir_engine::{JobConfig, JobGraph, MetricsSnapshot};
+use weir_engine::checkpoint::{CheckpointConfig, CheckpointRecord, JobDir, StatsSnapshot};
+use weir_engine::runtime::{spawn_supervised, RestartPolicy, SupervisedJob, SupervisedWatch};
+use weir_engine::{JobConfig, JobGraph, MetricsSnapshot, StageSnapshot};
 
 use crate::display::format_timestamp;
 use crate::error::Result;
@@ -121,6 +121,7 @@ impl ManagedJob {
 /// Every durable job of this process, by name.
 pub struct JobManager {
     data_dir: PathBuf,
+    registry: JobRegistry,
     jobs: BTreeMap<String, ManagedJob>,
     ended_tx: Sender<String>,
     ended_rx: Receiver<String>,
@@ -146,6 +147,7 @@ impl JobManager {
         let (ended_tx, ended_rx) = crossbeam_channel::unbounded();
         Self {
             data_dir,
+            registry: JobRegistry::default(),
             jobs: BTreeMap::new(),
             ended_tx,
             ended_rx,
@@ -174,6 +176,7 @@ impl JobManager {
             }),
             ..JobConfig::default()
         };
+        let shape = StageShape::of(&graph);
         let handle = spawn_supervised(
             graph,
             config,
@@ -182,6 +185,13 @@ impl JobManager {
         )?;
         let notes = handle.notes().to_vec();
         let last_epoch = handle.restored_epoch().unwrap_or(0);
+        self.registry.started(Observed {
+            record: record.clone(),
+            shape,
+            dir: job_dir(&self.data_dir, &record.name),
+            watch: handle.watch(),
+            running: true,
+        });
         self.jobs.insert(
             record.name.clone(),
             ManagedJob {
@@ -206,7 +216,11 @@ impl JobManager {
 
     fn finished(&mut self, name: &str) -> Result<()> {
         match self.jobs.get_mut(name) {
-            Some(job) => job.finish(&self.data_dir),
+            Some(job) => {
+                let result = job.finish(&self.data_dir);
+                self.registry.ended(&job.record);
+                result
+            }
             None => Ok(()),
         }
     }
@@ -223,11 +237,14 @@ impl JobManager {
             return Ok(false);
         };
         job.stop();
-        job.finish(&self.data_dir)?;
+        let finished = job.finish(&self.data_dir);
+        self.registry.ended(&job.record);
+        finished?;
         if job.record.state == JobState::Stopped {
             job.record.state = JobState::Cancelled;
             job.record.save(&self.data_dir)?;
             let _ = std::fs::remove_dir_all(job_dir(&self.data_dir, name).join("state"));
+            self.registry.ended(&job.record);
         }
         Ok(true)
     }
@@ -237,6 +254,7 @@ impl JobManager {
         let Some(mut job) = self.jobs.remove(name) else {
             return Ok(false);
         };
+        self.registry.removed(name);
         job.stop();
         job.finish(&self.data_dir)?;
         Ok(true)
@@ -248,6 +266,9 @@ impl JobManager {
         if let Some(handle) = self.jobs.get_mut(name).and_then(|j| j.handle.take()) {
             handle.cancel();
             let _ = handle.wait();
+        }
+        if let Some(job) = self.jobs.get(name) {
+            self.registry.ended(&job.record);
         }
     }
 
@@ -340,4 +361,133 @@ impl JobManager {
     pub fn metrics(&self, name: &str) -> Option<MetricsSnapshot> {
         self.jobs.get(name)?.metrics()
     }
+
+    /// A handle that reads the jobs from other threads without this manager's lock (held
+    /// while a caller waits for the jobs).
+    pub fn registry(&self) -> JobRegistry {
+        self.registry.clone()
+    }
+}
+
+/// One stage of a job's dataflow.
+#[derive(Debug, Clone)]
+pub struct StageShape {
+    pub name: String,
+    pub parallelism: usize,
+    /// Upstream stages and how rows reach this one (forward, hash keys, single).
+    pub inputs: Vec<(usize, String)>,
+    /// The source's and the chained operators' descriptions.
+    pub operators: Vec<String>,
+}
+
+impl StageShape {
+    fn of(graph: &JobGraph) -> Vec<StageShape> {
+        graph
+            .stages
+            .iter()
+            .map(|s| StageShape {
+                name: s.name.clone(),
+                parallelism: s.parallelism,
+                inputs: s
+                    .inputs
+                    .iter()
+                    .map(|i| (i.from, i.partitioning.to_string()))
+                    .collect(),
+                operators: s
+                    .source
+                    .iter()
+                    .map(|src| src.factory.describe())
+                    .chain(s.chain.iter().map(|f| f.describe()))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// The jobs of a process as other threads read them (`/metrics`, the dashboard): what each
+/// is, and a read-only handle on its counters. Updated when a job starts, ends or is removed.
+#[derive(Clone, Default)]
+pub struct JobRegistry(std::sync::Arc<std::sync::Mutex<BTreeMap<String, Observed>>>);
+
+#[derive(Clone)]
+struct Observed {
+    record: JobRecord,
+    shape: Vec<StageShape>,
+    dir: PathBuf,
+    watch: SupervisedWatch,
+    running: bool,
+}
+
+impl JobRegistry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Observed>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn started(&self, observed: Observed) {
+        self.lock().insert(observed.record.name.clone(), observed);
+    }
+
+    fn ended(&self, record: &JobRecord) {
+        if let Some(o) = self.lock().get_mut(&record.name) {
+            o.running = false;
+            o.record = record.clone();
+        }
+    }
+
+    fn removed(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    /// Each job this process runs or ran, by name, with its counters now (as they ended,
+    /// for a job that ended).
+    pub fn views(&self) -> Vec<JobView> {
+        let observed: Vec<Observed> = self.lock().values().cloned().collect();
+        observed
+            .into_iter()
+            .map(|o| {
+                let w = &o.watch;
+                JobView {
+                    name: o.record.name.clone(),
+                    state: if o.running {
+                        JobState::Running
+                    } else {
+                        o.record.state
+                    },
+                    statement: o.record.statement.clone(),
+                    exactly_once: o.record.settings.exactly_once,
+                    checkpoint_interval_ms: o.record.settings.checkpoint_interval.as_millis()
+                        as u64,
+                    error: o.record.error.clone(),
+                    restarts: w.restarts(),
+                    metrics: w.metrics(),
+                    stages: w.stages(),
+                    shape: o.shape,
+                    checkpoints: w.checkpoints(),
+                    history: w.checkpoint_history(),
+                    dir: o.dir,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A job as `/metrics` and the dashboard show it.
+#[derive(Debug, Clone)]
+pub struct JobView {
+    pub name: String,
+    pub state: JobState,
+    pub statement: String,
+    pub exactly_once: bool,
+    pub checkpoint_interval_ms: u64,
+    pub error: Option<String>,
+    pub restarts: u32,
+    pub metrics: MetricsSnapshot,
+    /// Per stage, while it runs (empty after).
+    pub stages: Vec<StageSnapshot>,
+    pub shape: Vec<StageShape>,
+    pub checkpoints: Option<StatsSnapshot>,
+    /// The newest completed checkpoints of the running attempt, oldest first.
+    pub history: Vec<CheckpointRecord>,
+    /// Its directory (state and checkpoints).
+    pub dir: PathBuf,
 }

@@ -116,7 +116,7 @@ impl Session {
         }
         let def = catalog
             .get(name)
-            .ok_or_else(|| PlanError::UnknownTable(name.to_string()))?;
+            .ok_or_else(|| PlanError::unknown_table(name.to_string()))?;
         let rows = def
             .schema
             .fields()

@@ -10,6 +10,9 @@ mod settings;
 pub use settings::SERVER_VERSION;
 mod shared;
 mod sinks;
+pub use sinks::JOB_OPTIONS;
+mod vocabulary;
+pub use vocabulary::{Relation, RelationKind, Vocabulary};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -91,6 +94,27 @@ impl Default for SessionConfig {
             file_root: None,
             client_params: BTreeMap::new(),
         }
+    }
+}
+
+/// Reads the jobs a process runs; see [`Session::job_observer`].
+#[derive(Clone)]
+pub struct JobObserver {
+    shared: Arc<shared::Shared>,
+}
+
+impl JobObserver {
+    /// Each job this process runs or ran (empty without a data directory).
+    pub fn jobs(&self) -> Vec<crate::jobs::JobView> {
+        self.shared
+            .registry()
+            .map(|r| r.views())
+            .unwrap_or_default()
+    }
+
+    /// SHOW JOBS rows: also the data directory's jobs this process does not run.
+    pub fn rows(&self) -> Vec<Vec<String>> {
+        self.shared.jobs_if_any(|j| j.rows()).unwrap_or_default()
     }
 }
 
@@ -265,7 +289,37 @@ impl Session {
         let outer = self.pinned.replace(self.shared.catalog());
         let result = self.dispatch(statement, text);
         self.pinned = outer;
-        result
+        result.map_err(|e| self.with_suggestion(e))
+    }
+
+    /// A handle that reads the jobs of this process from any thread (`/metrics`, the
+    /// dashboard), as long as the process runs.
+    pub fn job_observer(&self) -> JobObserver {
+        JobObserver {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// An unknown relation's error names the closest known one.
+    fn with_suggestion(&self, e: PlanError) -> PlanError {
+        match e {
+            PlanError::UnknownTable {
+                name,
+                suggestion: None,
+            } => {
+                let catalog = self.catalog();
+                let names: Vec<String> = catalog
+                    .tables()
+                    .map(|t| t.name.clone())
+                    .chain(catalog.views().map(|v| v.name.clone()))
+                    .collect();
+                let suggestion =
+                    weir_connectors::suggest::closest(&name, names.iter().map(String::as_str))
+                        .map(str::to_string);
+                PlanError::UnknownTable { name, suggestion }
+            }
+            e => e,
+        }
     }
 
     fn dispatch(&mut self, statement: WeirStatement, text: &str) -> Result<StatementResult> {
@@ -329,7 +383,7 @@ impl Session {
                         catalog.remove(&name)
                     })?;
                     if !removed && !if_exists {
-                        return Err(PlanError::UnknownTable(name));
+                        return Err(PlanError::unknown_table(name));
                     }
                 }
                 Ok(StatementResult::Command("DROP TABLE".into()))

@@ -161,6 +161,11 @@ impl Session {
         Ok(())
     }
 
+    /// The names of weir's own settings (SET / SHOW), in SHOW ALL's order.
+    pub fn setting_names(&self) -> Vec<&'static str> {
+        self.settings().iter().map(|s| s.0).collect()
+    }
+
     fn settings(&self) -> Vec<(&'static str, String, &'static str)> {
         vec![
             (
@@ -333,14 +338,14 @@ impl Session {
                     })?;
                 Ok(())
             }
-            other => Err(invalid!(
-                "unknown setting '{other}' (settings: {})",
-                self.settings()
-                    .iter()
-                    .map(|s| s.0)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
+            other => {
+                let names = self.setting_names();
+                Err(invalid!(
+                    "unknown setting '{other}'{} (settings: {})",
+                    weir_connectors::suggest::did_you_mean(other, names.iter().copied()),
+                    names.join(", ")
+                ))
+            }
         }
     }
 
@@ -352,10 +357,12 @@ impl Session {
             .map(|s| vec![s.0.to_string(), s.1.clone(), s.2.to_string()])
             .collect();
         if rows.is_empty() {
+            let name = name.unwrap_or_default();
+            let names = self.setting_names();
             return Err(invalid!(
-                "unknown setting '{}' (settings: {})",
-                name.unwrap_or_default(),
-                all.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
+                "unknown setting '{name}'{} (settings: {})",
+                weir_connectors::suggest::did_you_mean(name, names.iter().copied()),
+                names.join(", ")
             ));
         }
         Ok(text_rows(&["name", "setting", "description"], rows))

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::catalog::Catalog;
 use crate::error::Result;
 use crate::invalid;
-use crate::jobs::JobManager;
+use crate::jobs::{JobManager, JobRegistry};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -24,6 +24,8 @@ pub(super) struct Shared {
     catalog: Mutex<Arc<Catalog>>,
     /// Sink and view jobs; `None` without a data directory (there are none then).
     jobs: Option<Mutex<JobManager>>,
+    /// The jobs as other threads read them, without the manager's lock.
+    registry: Option<JobRegistry>,
     /// Ad-hoc queries started by every session (they are named `query-<n>`).
     queries_started: AtomicU64,
     /// Jobs that could not resume at start, with why.
@@ -34,6 +36,7 @@ impl Shared {
     pub(super) fn new(catalog: Catalog, jobs: Option<JobManager>) -> Self {
         Self {
             catalog: Mutex::new(Arc::new(catalog)),
+            registry: jobs.as_ref().map(JobManager::registry),
             jobs: jobs.map(Mutex::new),
             queries_started: AtomicU64::new(0),
             resume_failures: Mutex::new(Vec::new()),
@@ -72,6 +75,11 @@ impl Shared {
     /// Like [`Self::with_jobs`], but `None` without a data directory.
     pub(super) fn jobs_if_any<R>(&self, f: impl FnOnce(&mut JobManager) -> R) -> Option<R> {
         self.jobs.as_ref().map(|jobs| f(&mut lock(jobs)))
+    }
+
+    /// The jobs' registry (`None` without a data directory).
+    pub(super) fn registry(&self) -> Option<&JobRegistry> {
+        self.registry.as_ref()
     }
 
     pub(super) fn next_query_number(&self) -> u64 {

@@ -52,6 +52,15 @@ const DATA_DIR_OWN: &[&str] = &[
     "history",
 ];
 
+/// The WITH options of CREATE SINK and CREATE MATERIALIZED VIEW that set the job's own
+/// settings rather than the connector's ([`Session::job_settings`] takes them out).
+pub const JOB_OPTIONS: &[&str] = &[
+    "checkpoint_interval",
+    "delivery",
+    "state_ttl",
+    "early_fire_interval",
+];
+
 /// Makes a relative `path` option absolute against `base` (when set: a job planned again
 /// resolves paths against the directory it was created in; otherwise paths stay as written
 /// and are relative to the working directory), and checks it against `access` (wire
@@ -227,7 +236,9 @@ impl Session {
         if view {
             if let Some((k, _)) = options.iter().next() {
                 return Err(invalid!(
-                    "materialized view {name}: unknown option '{k}' (allowed: checkpoint_interval, delivery)"
+                    "materialized view {name}: unknown option '{k}'{} (allowed: {})",
+                    weir_connectors::suggest::did_you_mean(k, JOB_OPTIONS.iter().copied()),
+                    JOB_OPTIONS.join(", ")
                 ));
             }
         } else if options.get("connector").is_none() {
@@ -331,7 +342,7 @@ impl Session {
         let catalog = self.catalog();
         let def = catalog
             .get(&table)
-            .ok_or_else(|| PlanError::UnknownTable(table.clone()))?;
+            .ok_or_else(|| PlanError::unknown_table(table.clone()))?;
         if def.options.get("connector") != Some("postgres") {
             return Err(invalid!(
                 "INSERT INTO {table}: only tables declared with connector = 'postgres' take rows; \

@@ -178,7 +178,7 @@ impl StreamPlanner<'_> {
         let view = self
             .catalog
             .view(&w.table)
-            .ok_or_else(|| PlanError::UnknownTable(w.table.clone()))?;
+            .ok_or_else(|| PlanError::unknown_table(w.table.clone()))?;
         let inner = self.plan(&view.optimized.clone())?;
         let columns = source.schema.fields().len() - WINDOW_COLUMNS.len();
         let time = source.schema.field(w.time_column).name();
@@ -277,7 +277,7 @@ impl StreamPlanner<'_> {
         let def = self
             .catalog
             .get(&table)
-            .ok_or_else(|| PlanError::UnknownTable(table.clone()))?;
+            .ok_or_else(|| PlanError::unknown_table(table.clone()))?;
         let table_schema = DFSchemaRef::new(DFSchema::try_from_qualified_schema(
             table.as_str(),
             &def.schema,
@@ -341,6 +341,14 @@ impl StreamPlanner<'_> {
             .collect();
         let bounded = def.source.is_bounded();
         let partitions = self.source_parallelism(def)?;
+        // Whose newest value the job reports next to its watermark.
+        let event_time = match &proctime {
+            Some(p) if p.watermark => Some(p.column),
+            _ => watermark
+                .as_ref()
+                .and(def.watermark.as_ref())
+                .and_then(|w| def.schema.index_of(&w.column).ok()),
+        };
         // Rows are judged late here only by a window assigner or for an interval join.
         let late_rows = def
             .late_rows
@@ -360,6 +368,7 @@ impl StreamPlanner<'_> {
                     proctime,
                     out_of_bound,
                     keep_late: late_rows.is_some(),
+                    event_time,
                 },
                 event_time_text: text,
             }),

@@ -29,6 +29,8 @@ pub struct ServeOptions {
     pub file_root: PathBuf,
     /// With a password, clients authenticate with SCRAM-SHA-256.
     pub password: Option<String>,
+    /// Where to serve metrics, the JSON API and the dashboard (same password).
+    pub http: Option<SocketAddr>,
 }
 
 /// Runs the server until SIGINT / SIGTERM, then stops running jobs with a checkpoint.
@@ -41,6 +43,10 @@ pub fn serve(options: ServeOptions) -> anyhow::Result<()> {
     let (session, warnings) = Session::open(config.clone())?;
     for w in warnings {
         eprintln!("warning: {w}");
+    }
+    if let Some(addr) = options.http {
+        let http = crate::http::start(addr, session.job_observer(), options.password.clone())?;
+        eprintln!("dashboard and metrics at http://{}/", http.addr);
     }
     let shared = Arc::new(Shared::new(session, config));
     // Planning recurses over expressions up to the front end's depth limit

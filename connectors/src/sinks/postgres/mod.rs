@@ -54,7 +54,7 @@ use crate::options::Options;
 use crate::pg_types::{column_type, compatible};
 use write::Target;
 
-const OPTIONS: &[&str] = &[
+pub(crate) const OPTIONS: &[&str] = &[
     "connector",
     "url",
     "table",
@@ -559,6 +559,7 @@ impl PostgresTable {
             return Err(ConnectorError::UnknownOption {
                 connector: "postgres".into(),
                 option: k.clone(),
+                suggestion: crate::suggest::did_you_mean(k, OPTIONS.iter().copied()),
                 allowed: OPTIONS.join(", "),
             });
         }
