@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::process::{committed_lines, finish, spawn, wait_for_file};
-use common::{execute, session, text_rows, Collected};
+use common::{execute, session, text_rows, wait_jobs, Collected};
 use weir_planner::sql::StatementText;
 use weir_planner::{Session, SessionConfig, StatementResult};
 
@@ -373,6 +373,43 @@ fn a_torn_newest_manifest_is_never_loaded() {
     );
     assert!(stderr.contains("skipped"), "{stderr}");
     assert!(stderr.contains("job s: finished"), "{stderr}");
+    assert_eq!(sorted(committed_lines(&out)), straight_rows());
+}
+
+/// A SIGKILL during a checkpoint leaves its state directories without a manifest. The job
+/// resumes from the checkpoint before and numbers its next ones from there: the leftovers
+/// must not be in their way ("directory exists" failed every such checkpoint, and a
+/// PostgreSQL sink then waited on its own prepared epoch).
+#[test]
+fn what_a_crash_left_of_a_checkpoint_is_not_in_the_way_of_the_next() {
+    let work = tempfile::tempdir().unwrap();
+    let (mut child, data, out) = start_job(work.path(), 2);
+    child.kill().unwrap();
+    let _ = child.wait();
+    let checkpoints = data.join("jobs/s/checkpoints");
+    let newest = std::fs::read_dir(&checkpoints)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_prefix("manifest-")?
+                .strip_suffix(".json")?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap();
+    // What an interrupted checkpoint leaves: a task's state directory, half written.
+    for epoch in newest + 1..=newest + 2 {
+        let task = checkpoints.join(format!("{epoch:020}/1-0"));
+        std::fs::create_dir_all(&task).unwrap();
+        std::fs::write(task.join("CURRENT"), b"half").unwrap();
+    }
+    let mut s = durable_session(&data);
+    let jobs = wait_jobs(&mut s);
+    assert_eq!(jobs[0].1.as_str(), "finished", "{jobs:?}");
+    let stats = s.job_checkpoints("s").expect("checkpoint counters");
+    assert_eq!(stats.failed, 0, "{stats:?}");
+    assert!(stats.completed >= 2, "{stats:?}");
     assert_eq!(sorted(committed_lines(&out)), straight_rows());
 }
 

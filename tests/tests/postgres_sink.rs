@@ -652,6 +652,60 @@ fn an_updating_query_is_applied_by_its_primary_key_once_and_at_least_once() {
     assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty());
 }
 
+/// A checkpoint that fails after the sink prepared its epoch (here: its manifest cannot be
+/// written) cannot leave that prepared transaction waiting for the next checkpoint: it keeps
+/// its row locks, and the next epoch's upserts of the same keys would wait for them until
+/// the statement timeout (found as a hang after a resume, whose leftover checkpoint
+/// directory failed the next checkpoint). The job restarts from its last checkpoint at once,
+/// the prepared output rolled back, and the table still ends equal to batch SQL.
+#[test]
+fn a_failed_checkpoint_restarts_a_postgres_job_instead_of_waiting_on_its_own_locks() {
+    let pg = PgServer::start();
+    let work = tempfile::tempdir().unwrap();
+    let path = write_changing_rows(work.path(), 47, 4000);
+    let mut expected = batch_reference(&path, CHANGING);
+    expected.sort();
+    let mut s = durable_session(work.path(), 2);
+    execute(&mut s, &changing_ddl(&path, 20, Some(4000))).unwrap();
+    execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
+    execute(&mut s, "SET checkpoint_interval = '20ms'").unwrap();
+    execute(
+        &mut s,
+        &format!(
+            "CREATE SINK blocked WITH (connector = 'postgres', url = '{}', table = 'blocked', \
+             primary_key = 'k', create_table = 'true') AS {CHANGING}",
+            pg.url()
+        ),
+    )
+    .unwrap();
+    // Checkpoint 3's manifest cannot be written: a directory is in the way.
+    let in_the_way = work.path().join(format!(
+        "data/jobs/blocked/checkpoints/manifest-{:020}.json",
+        3
+    ));
+    std::fs::create_dir_all(&in_the_way).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(50);
+    while s.job_restarts("blocked").unwrap_or(0) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no restart after the failed checkpoint: {:?}",
+            s.job_checkpoints("blocked")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::fs::remove_dir_all(&in_the_way).unwrap();
+    let cause = s.job_last_failure("blocked").unwrap_or_default();
+    assert!(
+        cause.contains("checkpoint 3 failed")
+            && cause.contains("cannot wait for the next checkpoint"),
+        "{cause}"
+    );
+    let jobs = wait_jobs(&mut s);
+    assert_eq!(jobs[0].1.as_str(), "finished", "{jobs:?}");
+    assert_eq!(changing_rows(&pg, "blocked"), expected);
+    assert!(pg.psql("SELECT gid FROM pg_prepared_xacts").is_empty());
+}
+
 #[test]
 fn an_updating_query_without_a_primary_key_is_refused_with_the_reason() {
     let work = tempfile::tempdir().unwrap();
@@ -694,7 +748,6 @@ const TOP: &str = "SELECT k, rn, id, v FROM (SELECT id, k, v, \
 /// join reads two, and at-least-once does not align their barriers: its restored state may
 /// already hold changes one input then replays (a duplicate, as at-least-once allows).
 #[test]
-#[ignore = "a resumed join job can wait on PostgreSQL row locks of its own prepared epoch (open bug in docs/status.md, issue 16); run with --ignored"]
 fn updating_queries_into_postgres_survive_kills_and_rescaling() {
     use common::process::kill_and_resume;
     let pg = PgServer::start();

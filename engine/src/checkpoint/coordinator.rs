@@ -438,6 +438,14 @@ impl Coordinator {
                 if let Ok(mut last) = self.stats.last_error.lock() {
                     *last = Some(message.clone());
                 }
+                if let Some(sink) = self.held_up_by_uncommitted() {
+                    return Err(EngineError::State(format!(
+                        "{message}; the sink of {sink} pre-committed output that cannot wait \
+                         for the next checkpoint (it holds up the sink's next epoch), so the job \
+                         restarts from checkpoint {}",
+                        self.stats.last_epoch.load(Ordering::Relaxed)
+                    )));
+                }
                 if f.kind == BarrierKind::Stop {
                     return Err(EngineError::State(format!(
                         "{message}; the job stopped, a restart resumes from checkpoint {}",
@@ -453,6 +461,15 @@ impl Coordinator {
                 Ok(Some(f.kind))
             }
         }
+    }
+
+    /// The stage name of a sink whose uncommitted output may not wait for the next
+    /// checkpoint ([`Committer::may_wait_for_next_checkpoint`]), if any.
+    fn held_up_by_uncommitted(&self) -> Option<String> {
+        self.uncommitted.iter().find_map(|c| {
+            let committer = self.committers.get(&(c.task.stage, c.operator))?;
+            (!committer.may_wait_for_next_checkpoint()).then(|| format!("task {}", c.task))
+        })
     }
 
     /// Every task ended: a final manifest marks the job finished, then all output commits.

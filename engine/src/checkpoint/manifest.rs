@@ -225,6 +225,35 @@ impl JobDir {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Deletes the state of checkpoints after `epoch` that never got a manifest: what a crash
+    /// interrupted. A job that resumes from `epoch` numbers its next checkpoints from there.
+    /// Manifests are left alone, also torn ones (one that could not be read now is evidence).
+    /// Returns the first problem.
+    pub fn discard_after(&self, epoch: u64) -> Result<()> {
+        let manifests = self.manifest_epochs()?;
+        let dir = self.checkpoints();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(());
+        };
+        let mut first_error = None;
+        for entry in entries.filter_map(|e| e.ok()) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let interrupted = name
+                .parse::<u64>()
+                .is_ok_and(|e| e > epoch && !manifests.contains(&e));
+            if !interrupted {
+                continue;
+            }
+            let path = entry.path();
+            if let Err(e) = std::fs::remove_dir_all(&path) {
+                first_error.get_or_insert_with(|| {
+                    EngineError::io(format!("cannot delete '{}'", path.display()), e)
+                });
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// Removes the state directory of a checkpoint that failed.
     pub fn discard(&self, epoch: u64) {
         let _ = std::fs::remove_dir_all(self.checkpoints().join(format!("{epoch:020}")));

@@ -47,6 +47,16 @@ pub trait Committer: Send + Sync {
     /// On restart: commit `payloads` (pre-committed by the restored checkpoint, maybe already
     /// committed) and abort everything else the sink left behind (output of epochs after it).
     fn recover(&self, payloads: &[Vec<u8>]) -> Result<()>;
+
+    /// Whether pre-committed output may stay uncommitted while the job goes on after its
+    /// checkpoint failed (it is then committed with the next checkpoint that completes).
+    /// A sink whose pending output holds up its next epoch says no (PostgreSQL: a prepared
+    /// transaction keeps its row locks, and the next epoch's upserts of the same keys wait
+    /// for them): a failed checkpoint then restarts the job from the last complete one,
+    /// which aborts that output, as Flink does for any failed checkpoint by default.
+    fn may_wait_for_next_checkpoint(&self) -> bool {
+        true
+    }
 }
 
 /// What a task tells the coordinator.

@@ -175,6 +175,8 @@ fn recover(
     let dir = JobDir::new(c.dir.clone());
     let (manifest, skipped) = dir.latest_manifest()?;
     notes.extend(skipped);
+    // What a crash left of later checkpoints goes: the next ones are numbered from here.
+    dir.discard_after(manifest.as_ref().map_or(0, |m| m.epoch))?;
     let restore = manifest.map(|manifest| Restore { manifest, dir });
     match &restore {
         Some(r) => {

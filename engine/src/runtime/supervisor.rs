@@ -63,6 +63,8 @@ struct Shared {
     /// Signalled when a stop or cancel is requested (ends a backoff early).
     requested: Condvar,
     restarts: AtomicU32,
+    /// Why the job was last restarted (the failure the restart followed).
+    last_failure: Mutex<Option<String>>,
 }
 
 /// A job run under a restart policy. Same surface as [`JobHandle`].
@@ -95,6 +97,7 @@ pub fn spawn_supervised(
         }),
         requested: Condvar::new(),
         restarts: AtomicU32::new(0),
+        last_failure: Mutex::new(None),
     });
     let s = Arc::clone(&shared);
     let job = name.clone();
@@ -156,6 +159,7 @@ fn supervise(
                 return Err(error);
             }
             in_a_row += 1;
+            *lock(&shared.last_failure) = Some(error.to_string());
             shared.restarts.fetch_add(1, Ordering::SeqCst);
             crate::fault::pause_restart();
             // A restart that fails to start (the server is still away) counts as one.
@@ -207,6 +211,11 @@ impl SupervisedWatch {
     pub fn restarts(&self) -> u32 {
         self.shared.restarts.load(Ordering::Relaxed)
     }
+
+    /// The failure the last restart followed.
+    pub fn last_failure(&self) -> Option<String> {
+        lock(&self.shared.last_failure).clone()
+    }
 }
 
 impl SupervisedJob {
@@ -242,6 +251,11 @@ impl SupervisedJob {
     /// Restarts after failures so far.
     pub fn restarts(&self) -> u32 {
         self.shared.restarts.load(Ordering::Relaxed)
+    }
+
+    /// The failure the last restart followed.
+    pub fn last_failure(&self) -> Option<String> {
+        lock(&self.shared.last_failure).clone()
     }
 
     /// Stops with a final checkpoint (see [`JobHandle::stop`]); no restart follows, also

@@ -126,6 +126,12 @@ impl TaskState {
             std::fs::create_dir_all(parent)
                 .map_err(|e| EngineError::io(format!("cannot create '{}'", parent.display()), e))?;
         }
+        // A directory here is what an attempt at this epoch left before it completed (a
+        // completed checkpoint's epoch is never used again): replace it.
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)
+                .map_err(|e| EngineError::io(format!("cannot replace '{}'", dir.display()), e))?;
+        }
         self.store()?.checkpoint_to(dir)?;
         Ok(true)
     }

@@ -34,6 +34,8 @@ struct ManagedJob {
     last_epoch: u64,
     /// Restarts after failures, as the job ended.
     restarts: u32,
+    /// The failure the last restart followed, as the job ended.
+    last_failure: Option<String>,
 }
 
 impl ManagedJob {
@@ -48,6 +50,7 @@ impl ManagedJob {
         self.last_metrics = Some(handle.metrics());
         self.last_checkpoints = handle.checkpoints();
         self.restarts = handle.restarts();
+        self.last_failure = handle.last_failure();
         let (state, error) = match handle.wait() {
             // Whether it ran to its end or stopped at a checkpoint, the newest manifest says.
             Ok(_) => {
@@ -200,6 +203,7 @@ impl JobManager {
                 last_metrics: None,
                 last_checkpoints: None,
                 restarts: 0,
+                last_failure: None,
                 last_epoch,
             },
         );
@@ -357,6 +361,15 @@ impl JobManager {
         Some(job.handle.as_ref().map_or(job.restarts, |h| h.restarts()))
     }
 
+    /// The failure a job's last restart followed.
+    pub fn last_failure(&self, name: &str) -> Option<String> {
+        let job = self.jobs.get(name)?;
+        match &job.handle {
+            Some(h) => h.last_failure(),
+            None => job.last_failure.clone(),
+        }
+    }
+
     /// Counters of a job (as it ended, once it ended).
     pub fn metrics(&self, name: &str) -> Option<MetricsSnapshot> {
         self.jobs.get(name)?.metrics()
@@ -459,6 +472,7 @@ impl JobRegistry {
                         as u64,
                     error: o.record.error.clone(),
                     restarts: w.restarts(),
+                    last_failure: w.last_failure(),
                     metrics: w.metrics(),
                     stages: w.stages(),
                     shape: o.shape,
@@ -481,6 +495,8 @@ pub struct JobView {
     pub checkpoint_interval_ms: u64,
     pub error: Option<String>,
     pub restarts: u32,
+    /// The failure the last restart followed.
+    pub last_failure: Option<String>,
     pub metrics: MetricsSnapshot,
     /// Per stage, while it runs (empty after).
     pub stages: Vec<StageSnapshot>,

@@ -638,6 +638,11 @@ impl Session {
         self.shared.jobs_if_any(|j| j.restarts(name))?
     }
 
+    /// The failure a job of this session was last restarted after.
+    pub fn job_last_failure(&self, name: &str) -> Option<String> {
+        self.shared.jobs_if_any(|j| j.last_failure(name))?
+    }
+
     /// Counters of a job of this session (as it ended, once it ended).
     pub fn job_metrics(&self, name: &str) -> Option<weir_engine::MetricsSnapshot> {
         self.shared.jobs_if_any(|j| j.metrics(name))?

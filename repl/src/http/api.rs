@@ -35,6 +35,7 @@ fn summary(job: &JobView) -> Value {
         "delivery": if job.exactly_once { "exactly_once" } else { "at_least_once" },
         "checkpoint_interval_ms": job.checkpoint_interval_ms,
         "restarts": job.restarts,
+        "last_restart_cause": job.last_failure,
         "rows_in": m.rows_in,
         "rows_out": m.rows_out,
         "late_rows": m.late_rows,

@@ -519,6 +519,12 @@ impl Committer for PostgresCommitter {
         })
     }
 
+    /// A prepared transaction keeps its row locks until COMMIT PREPARED, and the next epoch's
+    /// upserts of the same keys wait for them: its commit cannot wait for a later checkpoint.
+    fn may_wait_for_next_checkpoint(&self) -> bool {
+        false
+    }
+
     fn recover(&self, payloads: &[Vec<u8>]) -> EngineResult<()> {
         self.commit(payloads)?;
         let prefix = self.spec.gid_prefix();
