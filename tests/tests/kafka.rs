@@ -13,7 +13,9 @@ use std::path::Path;
 
 use common::kafka::{read_committed, read_uncommitted, Broker};
 use common::process::{finish, kill_and_resume, spawn};
-use common::reference::{closed_reference_rows, partitioned_input, ts_text, BASE_MS, BOUND_MS};
+use common::reference::{
+    closed_reference_rows, partitioned_input, ts_text, workspace, BASE_MS, BOUND_MS,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use weir_planner::display::batch_rows;
@@ -705,13 +707,6 @@ fn a_topic_pattern_reads_matching_topics_and_picks_up_new_ones() {
         "output differs: {}; {stderr}",
         describe_difference(&got, &expected)
     );
-}
-
-fn workspace() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
 }
 
 /// `examples/kafka/`: Nexmark bids into a topic, a windowed job from it into another topic,

@@ -9,39 +9,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use common::reference::{datafusion_csv_lines, workspace};
 
-use datafusion::prelude::SessionContext;
-use weir_planner::display::csv_records;
+use std::process::Command;
 
 /// Events per run: about 30 s of event time at the default 10,000 events/s, so three
 /// 10-second windows and a dozen 2-second hops, with every kind of row.
 const EVENTS: u64 = 300_000;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-/// The reference result as weir's CSV lines, sorted.
-fn reference(ctx: &SessionContext, sql: &str) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let batches = rt
-        .block_on(async { ctx.sql(sql).await?.collect().await })
-        .unwrap_or_else(|e| panic!("reference query failed: {e}\n{sql}"));
-    let mut lines: Vec<String> = batches
-        .iter()
-        .flat_map(|b| csv_records(b, b',').unwrap())
-        .map(|r| String::from_utf8(r).unwrap())
-        .collect();
-    lines.sort();
-    lines
-}
 
 /// Runs `examples/nexmark/<query>.sql` with `events` events through `weir -f` at
 /// `parallelism` (and as many source partitions); returns the header and the sorted rows.
@@ -88,7 +62,7 @@ fn run_weir_with(
 
 fn check(query: &str, header: &str, reference_sql: &str, min_rows: usize) {
     let ctx = weir_tests::nexmark::context(EVENTS).expect("reference tables");
-    let expected = reference(&ctx, reference_sql);
+    let expected = datafusion_csv_lines(&ctx, reference_sql);
     assert!(
         expected.len() >= min_rows,
         "{query}: reference has only {} rows",
@@ -121,7 +95,7 @@ fn check(query: &str, header: &str, reference_sql: &str, min_rows: usize) {
 /// order as a multiset of lines, must end in the reference.
 fn check_changelog(query: &str, header: &str, reference_sql: &str) {
     let ctx = weir_tests::nexmark::context(EVENTS).expect("reference tables");
-    let expected = reference(&ctx, reference_sql);
+    let expected = datafusion_csv_lines(&ctx, reference_sql);
     for parallelism in [1, 2] {
         let (got_header, log) = run_weir_with(
             query,
@@ -370,7 +344,7 @@ fn q11_user_sessions() {
 #[test]
 fn q12_processing_time_windows_count_every_bid_once() {
     let ctx = weir_tests::nexmark::context(EVENTS).expect("reference tables");
-    let expected = reference(&ctx, "SELECT bidder, count(*) FROM bid GROUP BY bidder");
+    let expected = datafusion_csv_lines(&ctx, "SELECT bidder, count(*) FROM bid GROUP BY bidder");
     for parallelism in [1, 2] {
         let (header, rows) = run_weir("q12", EVENTS, parallelism);
         assert_eq!(header, "bidder,bid_count,starttime,endtime");
@@ -505,7 +479,7 @@ fn window_joins_survive_kills_exactly_once() {
         ("q7_interval", Q7_INTERVAL_REFERENCE, 90_000),
         ("q8", Q8_REFERENCE, 5_000),
     ] {
-        let expected = reference(&ctx, reference_sql);
+        let expected = datafusion_csv_lines(&ctx, reference_sql);
         let work = tempfile::tempdir().unwrap();
         let (data, out) = (work.path().join("data"), work.path().join("out"));
         let script =

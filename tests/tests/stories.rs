@@ -5,20 +5,13 @@
 
 mod common;
 
+use common::reference::{datafusion_csv_lines, workspace};
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use chrono::NaiveDateTime;
-use datafusion::prelude::SessionContext;
-use weir_planner::display::csv_records;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
 
 /// Runs a story script (after `edit`) with `weir -f --format csv` at `parallelism`; the
 /// header and the sorted rows.
@@ -52,28 +45,12 @@ fn run_story(
     (header, rows)
 }
 
-fn datafusion_rows(ctx: &SessionContext, sql: &str) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let batches = rt
-        .block_on(async { ctx.sql(sql).await?.collect().await })
-        .unwrap_or_else(|e| panic!("reference failed: {e}\n{sql}"));
-    let mut out: Vec<String> = batches
-        .iter()
-        .flat_map(|b| csv_records(b, b',').unwrap())
-        .map(|r| String::from_utf8(r).unwrap())
-        .collect();
-    out.sort();
-    out
-}
-
 #[test]
 fn hot_items_are_the_batch_answer() {
     const EVENTS: u64 = 200_000;
     let ctx = weir_tests::nexmark::context(EVENTS).expect("reference tables");
     // A bid at slot s (2 s slots) is in the windows starting at slots s-4 ..= s.
-    let expected = datafusion_rows(
+    let expected = datafusion_csv_lines(
         &ctx,
         "WITH hopped AS (
             SELECT auction, CAST(date_time AS BIGINT) / 2000000000 - k.k AS slot

@@ -62,9 +62,19 @@ fn create_table(s: &mut Session, path: &str, batch_size: usize) {
     assert!(matches!(execute(s, &ddl).unwrap(), Collected::Command));
 }
 
-/// Runs `sql` in streaming mode; returns the changelog rows in arrival order.
-fn changelog(path: &str, batch_size: usize, parallelism: usize, sql: &str) -> Vec<Vec<String>> {
+/// Runs `sql` in streaming mode (within `budget`, if given); returns the changelog rows in
+/// arrival order.
+fn changelog(
+    path: &str,
+    batch_size: usize,
+    parallelism: usize,
+    budget: Option<&str>,
+    sql: &str,
+) -> Vec<Vec<String>> {
     let mut s = session(parallelism);
+    if let Some(b) = budget {
+        execute(&mut s, &format!("SET memory_budget = '{b}'")).unwrap();
+    }
     create_table(&mut s, path, batch_size);
     execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
     let Collected::Rows(types, batches) = execute(&mut s, sql).unwrap() else {
@@ -83,13 +93,20 @@ fn applied_changelogs_equal_batch_sql_at_any_parallelism_and_batch_size() {
         let path = write_rows(dir.path(), seed, rng.gen_range(200..3000));
         for sql in QUERIES {
             let want = batch_reference(&path, sql);
-            for (parallelism, batch_size) in [(1, 1), (1, 64), (2, 7), (3, 200), (3, 8192)] {
-                let log = changelog(&path, batch_size, parallelism, sql);
+            // A 1-byte memory budget: whatever an operator holds in memory must spill or stream.
+            for (parallelism, batch_size, budget) in [
+                (1, 1, None),
+                (1, 64, None),
+                (2, 7, Some("1")),
+                (3, 200, None),
+                (3, 8192, Some("1")),
+            ] {
+                let log = changelog(&path, batch_size, parallelism, budget, sql);
                 retractions += log.iter().filter(|r| r[0] == "-U" || r[0] == "-D").count();
                 assert_eq!(
                     apply_changelog(&log),
                     want,
-                    "seed {seed}, parallelism {parallelism}, batch_size {batch_size}: {sql}"
+                    "seed {seed}, parallelism {parallelism}, batch_size {batch_size}, budget {budget:?}: {sql}"
                 );
             }
         }

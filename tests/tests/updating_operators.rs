@@ -99,8 +99,13 @@ fn check(settings: &[&str], sql: &str, reference: &str, expect_updating: bool) -
         ];
         let want =
             common::batch_csv_sql(&[("t", &paths[0]), ("u", &paths[1])], &schema(), reference);
-        for (parallelism, batch_size) in [(1, 1), (2, 13), (3, 256)] {
+        // A 1-byte memory budget: whatever an operator holds in memory must spill or stream.
+        for (parallelism, batch_size, budget) in [(1, 1, None), (2, 13, Some("1")), (3, 256, None)]
+        {
             let mut s = tables(&paths, batch_size, parallelism);
+            if let Some(b) = budget {
+                execute(&mut s, &format!("SET memory_budget = '{b}'")).unwrap();
+            }
             let (updating, rows) = run(&mut s, settings, sql);
             assert_eq!(updating, expect_updating, "{sql}: updating");
             let got = if updating {
@@ -113,7 +118,7 @@ fn check(settings: &[&str], sql: &str, reference: &str, expect_updating: bool) -
             };
             assert!(
                 got == want,
-                "seed {seed}, parallelism {parallelism}, batch_size {batch_size}: {sql}\n{} rows, reference {}",
+                "seed {seed}, parallelism {parallelism}, batch_size {batch_size}, budget {budget:?}: {sql}\n{} rows, reference {}",
                 got.len(),
                 want.len()
             );

@@ -272,3 +272,29 @@ pub fn assert_at_least_once(got: &[String], expected: &[String], killed: usize) 
         report.overcounted
     );
 }
+
+/// The workspace's root (examples, scripts).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// `sql` by DataFusion batch in `ctx`, as weir's CSV lines, sorted: the reference a query's
+/// `weir -f --format csv` output is compared with.
+pub fn datafusion_csv_lines(ctx: &datafusion::prelude::SessionContext, sql: &str) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("tokio runtime");
+    let batches = rt
+        .block_on(async { ctx.sql(sql).await?.collect().await })
+        .unwrap_or_else(|e| panic!("reference query failed: {e}\n{sql}"));
+    let mut lines: Vec<String> = batches
+        .iter()
+        .flat_map(|b| weir_planner::display::csv_records(b, b',').expect("CSV records"))
+        .map(|r| String::from_utf8(r).expect("UTF-8 CSV"))
+        .collect();
+    lines.sort();
+    lines
+}
