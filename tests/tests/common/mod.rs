@@ -204,3 +204,14 @@ pub fn wait_jobs(
         .wait_for_jobs(&crossbeam_channel::never())
         .expect("wait for jobs")
 }
+
+/// A session keeping its jobs under `dir/data`.
+pub fn durable_session(dir: &std::path::Path, parallelism: usize) -> Session {
+    Session::open(SessionConfig {
+        parallelism,
+        data_dir: Some(dir.join("data")),
+        ..SessionConfig::default()
+    })
+    .expect("open a durable session")
+    .0
+}
