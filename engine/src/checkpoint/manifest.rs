@@ -192,22 +192,42 @@ impl JobDir {
             .map(|i| epochs[i])
             .unwrap_or(0);
         let newest = epochs.last().copied().unwrap_or(0);
-        let dir = self.checkpoints();
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+        self.delete_where(|name| {
+            let is_manifest = name.starts_with("manifest-");
+            let Ok(epoch) = name
+                .strip_prefix("manifest-")
+                .and_then(|n| n.strip_suffix(".json"))
+                .unwrap_or(name)
+                .parse::<u64>()
+            else {
+                return false;
+            };
+            let failed = !is_manifest && !epochs.contains(&epoch) && epoch < newest;
+            epoch < keep_from || failed
+        })
+    }
+
+    /// Deletes the state of checkpoints after `epoch` that never got a manifest: what a crash
+    /// interrupted. A job that resumes from `epoch` numbers its next checkpoints from there.
+    /// Manifests are left alone, also torn ones (one that could not be read now is evidence).
+    /// Returns the first problem.
+    pub fn discard_after(&self, epoch: u64) -> Result<()> {
+        let manifests = self.manifest_epochs()?;
+        self.delete_where(|name| {
+            name.parse::<u64>()
+                .is_ok_and(|e| e > epoch && !manifests.contains(&e))
+        })
+    }
+
+    /// Deletes every entry of the checkpoints directory whose name `doomed` picks (best
+    /// effort: goes on past a failure); returns the first problem.
+    fn delete_where(&self, doomed: impl Fn(&str) -> bool) -> Result<()> {
+        let Ok(entries) = std::fs::read_dir(self.checkpoints()) else {
             return Ok(());
         };
         let mut first_error = None;
         for entry in entries.filter_map(|e| e.ok()) {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let is_manifest = name.starts_with("manifest-");
-            let epoch = name
-                .strip_prefix("manifest-")
-                .and_then(|n| n.strip_suffix(".json"))
-                .unwrap_or(&name)
-                .parse::<u64>();
-            let Ok(epoch) = epoch else { continue };
-            let failed = !is_manifest && !epochs.contains(&epoch) && epoch < newest;
-            if epoch >= keep_from && !failed {
+            if !doomed(&entry.file_name().to_string_lossy()) {
                 continue;
             }
             let path = entry.path();
@@ -217,35 +237,6 @@ impl JobDir {
                 std::fs::remove_file(&path)
             };
             if let Err(e) = removed {
-                first_error.get_or_insert_with(|| {
-                    EngineError::io(format!("cannot delete '{}'", path.display()), e)
-                });
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-
-    /// Deletes the state of checkpoints after `epoch` that never got a manifest: what a crash
-    /// interrupted. A job that resumes from `epoch` numbers its next checkpoints from there.
-    /// Manifests are left alone, also torn ones (one that could not be read now is evidence).
-    /// Returns the first problem.
-    pub fn discard_after(&self, epoch: u64) -> Result<()> {
-        let manifests = self.manifest_epochs()?;
-        let dir = self.checkpoints();
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Ok(());
-        };
-        let mut first_error = None;
-        for entry in entries.filter_map(|e| e.ok()) {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let interrupted = name
-                .parse::<u64>()
-                .is_ok_and(|e| e > epoch && !manifests.contains(&e));
-            if !interrupted {
-                continue;
-            }
-            let path = entry.path();
-            if let Err(e) = std::fs::remove_dir_all(&path) {
                 first_error.get_or_insert_with(|| {
                     EngineError::io(format!("cannot delete '{}'", path.display()), e)
                 });
