@@ -11,17 +11,19 @@
 //! order and the watermark is their minimum).
 //!
 //! Timestamps are `TIMESTAMP` (nanoseconds, no zone). Each table reads its own generator, so the
-//! three streams agree on ids and times.
+//! three streams agree on ids and times. The events are the `nexmark` crate's, written straight
+//! into Arrow columns by [`generate`], which draws only the fields the table reads.
+
+mod generate;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int64Builder, StringBuilder, TimestampNanosecondBuilder};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 use nexmark::config::NexmarkConfig;
-use nexmark::event::{Event, EventType};
-use nexmark::EventGenerator;
 use weir_engine::{
     EngineError, Result as EngineResult, SourceFactory, SourcePoll, SourceReader, TaskInfo,
 };
@@ -29,6 +31,7 @@ use weir_engine::{
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 use crate::rate::RateLimit;
+use generate::{ArrowGenerator, EventConfig};
 
 pub(crate) const OPTIONS: &[&str] = &[
     "connector",
@@ -58,14 +61,6 @@ impl Stream {
             "auction" | "auctions" => Some(Stream::Auction),
             "bid" | "bids" => Some(Stream::Bid),
             _ => None,
-        }
-    }
-
-    fn event_type(self) -> EventType {
-        match self {
-            Stream::Person => EventType::Person,
-            Stream::Auction => EventType::Auction,
-            Stream::Bid => EventType::Bid,
         }
     }
 
@@ -110,6 +105,16 @@ impl Stream {
     }
 }
 
+/// The `nexmark` crate's configuration for these options.
+fn config(base_time_ms: u64, event_rate: usize) -> NexmarkConfig {
+    NexmarkConfig {
+        base_time: base_time_ms,
+        first_rate: event_rate,
+        next_rate: event_rate,
+        ..NexmarkConfig::default()
+    }
+}
+
 /// Plan node of a Nexmark source.
 #[derive(Debug, Clone)]
 pub struct NexmarkSourceFactory {
@@ -125,6 +130,8 @@ pub struct NexmarkSourceFactory {
     /// The table's columns: for each, the index in the stream's schema.
     pub projection: Vec<usize>,
     pub schema: SchemaRef,
+    /// The generator's configuration, derived from the options.
+    events_config: Arc<EventConfig>,
 }
 
 fn positive(options: &mut Options, key: &str) -> Result<Option<u64>> {
@@ -178,6 +185,14 @@ impl NexmarkSourceFactory {
                 (projection, declared)
             }
         };
+        let events_config =
+            EventConfig::new(config(base_time_ms, event_rate)).ok_or_else(|| {
+                ConnectorError::InvalidOption {
+                    option: "event_rate".into(),
+                    value: event_rate.to_string(),
+                    reason: "expected a positive whole number".into(),
+                }
+            })?;
         Ok(Self {
             table: table.to_string(),
             stream,
@@ -189,28 +204,22 @@ impl NexmarkSourceFactory {
             partitions,
             projection,
             schema,
+            events_config: Arc::new(events_config),
         })
-    }
-
-    fn config(&self) -> NexmarkConfig {
-        NexmarkConfig {
-            base_time: self.base_time_ms,
-            first_rate: self.event_rate,
-            next_rate: self.event_rate,
-            ..NexmarkConfig::default()
-        }
     }
 
     /// A reader that starts at the `offset`-th event of its stream and then takes every
     /// `partitions`-th one.
     pub fn reader_at(&self, offset: u64) -> NexmarkReader {
-        let generator = EventGenerator::new(self.config())
-            .with_type_filter(self.stream.event_type())
-            .with_offset(offset)
-            .with_step(self.partitions as u64);
+        let generator = ArrowGenerator::new(
+            Arc::clone(&self.events_config),
+            self.stream,
+            &self.projection,
+        );
         NexmarkReader {
             spec: self.clone(),
             generator,
+            offset,
             limit: RateLimit::new(self.rate),
         }
     }
@@ -264,164 +273,35 @@ impl SourceFactory for NexmarkSourceFactory {
 /// Generates one stream.
 pub struct NexmarkReader {
     spec: NexmarkSourceFactory,
-    generator: EventGenerator,
+    generator: ArrowGenerator,
+    /// The stream offset of the next event.
+    offset: u64,
     limit: RateLimit,
 }
 
 impl NexmarkReader {
     /// The stream offset of the next event (a checkpoint records this).
     pub fn offset(&self) -> u64 {
-        self.generator.offset()
+        self.offset
+    }
+
+    /// Whether the next event is past the `events` bound.
+    fn exhausted(&self) -> bool {
+        self.spec.events.is_some_and(|limit| {
+            self.spec
+                .events_config
+                .event_number(self.spec.stream, self.offset) as u64
+                >= limit
+        })
     }
 
     fn batch(&mut self, n: usize) -> EngineResult<RecordBatch> {
-        let ns = |ms: u64| (ms as i64).saturating_mul(1_000_000);
-        let limit = self.spec.events;
-        let mut taken = 0;
-        // String columns the table does not declare are not copied (left empty, never read).
-        let mut want = [false; 10];
-        for &i in &self.spec.projection {
-            want[i] = true;
-        }
-        let columns: Vec<ArrayRef> = match self.spec.stream {
-            Stream::Bid => {
-                let (mut auction, mut bidder, mut price) = (
-                    Int64Builder::with_capacity(n),
-                    Int64Builder::with_capacity(n),
-                    Int64Builder::with_capacity(n),
-                );
-                let (mut channel, mut url, mut extra) = (
-                    StringBuilder::with_capacity(n, n * 16),
-                    StringBuilder::with_capacity(n, n * 16),
-                    StringBuilder::with_capacity(n, n * 16),
-                );
-                let mut time = TimestampNanosecondBuilder::with_capacity(n);
-                while taken < n && limit.is_none_or(|l| self.generator.global_offset() < l) {
-                    if let Some(Event::Bid(b)) = self.generator.next() {
-                        auction.append_value(b.auction as i64);
-                        bidder.append_value(b.bidder as i64);
-                        price.append_value(b.price as i64);
-                        if want[3] {
-                            channel.append_value(&b.channel);
-                        }
-                        if want[4] {
-                            url.append_value(&b.url);
-                        }
-                        time.append_value(ns(b.date_time));
-                        if want[6] {
-                            extra.append_value(&b.extra);
-                        }
-                        taken += 1;
-                    }
-                }
-                vec![
-                    Arc::new(auction.finish()),
-                    Arc::new(bidder.finish()),
-                    Arc::new(price.finish()),
-                    Arc::new(channel.finish()),
-                    Arc::new(url.finish()),
-                    Arc::new(time.finish()),
-                    Arc::new(extra.finish()),
-                ]
-            }
-            Stream::Auction => {
-                let (mut id, mut initial, mut reserve, mut seller, mut category) = (
-                    Int64Builder::with_capacity(n),
-                    Int64Builder::with_capacity(n),
-                    Int64Builder::with_capacity(n),
-                    Int64Builder::with_capacity(n),
-                    Int64Builder::with_capacity(n),
-                );
-                let (mut item, mut desc, mut extra) = (
-                    StringBuilder::with_capacity(n, n * 16),
-                    StringBuilder::with_capacity(n, n * 16),
-                    StringBuilder::with_capacity(n, n * 16),
-                );
-                let (mut time, mut expires) = (
-                    TimestampNanosecondBuilder::with_capacity(n),
-                    TimestampNanosecondBuilder::with_capacity(n),
-                );
-                while taken < n && limit.is_none_or(|l| self.generator.global_offset() < l) {
-                    if let Some(Event::Auction(a)) = self.generator.next() {
-                        id.append_value(a.id as i64);
-                        if want[1] {
-                            item.append_value(&a.item_name);
-                        }
-                        if want[2] {
-                            desc.append_value(&a.description);
-                        }
-                        initial.append_value(a.initial_bid as i64);
-                        reserve.append_value(a.reserve as i64);
-                        time.append_value(ns(a.date_time));
-                        expires.append_value(ns(a.expires));
-                        seller.append_value(a.seller as i64);
-                        category.append_value(a.category as i64);
-                        if want[9] {
-                            extra.append_value(&a.extra);
-                        }
-                        taken += 1;
-                    }
-                }
-                vec![
-                    Arc::new(id.finish()),
-                    Arc::new(item.finish()),
-                    Arc::new(desc.finish()),
-                    Arc::new(initial.finish()),
-                    Arc::new(reserve.finish()),
-                    Arc::new(time.finish()),
-                    Arc::new(expires.finish()),
-                    Arc::new(seller.finish()),
-                    Arc::new(category.finish()),
-                    Arc::new(extra.finish()),
-                ]
-            }
-            Stream::Person => {
-                let mut id = Int64Builder::with_capacity(n);
-                let (mut name, mut email, mut card, mut city, mut state, mut extra) = (
-                    StringBuilder::with_capacity(n, n * 16),
-                    StringBuilder::with_capacity(n, n * 16),
-                    StringBuilder::with_capacity(n, n * 16),
-                    StringBuilder::with_capacity(n, n * 16),
-                    StringBuilder::with_capacity(n, n * 16),
-                    StringBuilder::with_capacity(n, n * 16),
-                );
-                let mut time = TimestampNanosecondBuilder::with_capacity(n);
-                while taken < n && limit.is_none_or(|l| self.generator.global_offset() < l) {
-                    if let Some(Event::Person(p)) = self.generator.next() {
-                        id.append_value(p.id as i64);
-                        for (i, (builder, value)) in [
-                            (&mut name, &p.name),
-                            (&mut email, &p.email_address),
-                            (&mut card, &p.credit_card),
-                            (&mut city, &p.city),
-                            (&mut state, &p.state),
-                        ]
-                        .into_iter()
-                        .enumerate()
-                        {
-                            if want[i + 1] {
-                                builder.append_value(value);
-                            }
-                        }
-                        time.append_value(ns(p.date_time));
-                        if want[7] {
-                            extra.append_value(&p.extra);
-                        }
-                        taken += 1;
-                    }
-                }
-                vec![
-                    Arc::new(id.finish()),
-                    Arc::new(name.finish()),
-                    Arc::new(email.finish()),
-                    Arc::new(card.finish()),
-                    Arc::new(city.finish()),
-                    Arc::new(state.finish()),
-                    Arc::new(time.finish()),
-                    Arc::new(extra.finish()),
-                ]
-            }
-        };
+        let (columns, taken) = self.generator.batch(
+            &mut self.offset,
+            self.spec.partitions as u64,
+            n,
+            self.spec.events,
+        );
         self.limit.took(taken);
         let schema = &self.spec.schema;
         let projected = self
@@ -452,10 +332,8 @@ impl SourceReader for NexmarkReader {
     }
 
     fn poll_next(&mut self) -> EngineResult<SourcePoll> {
-        if let Some(limit) = self.spec.events {
-            if self.generator.global_offset() >= limit {
-                return Ok(SourcePoll::Exhausted);
-            }
+        if self.exhausted() {
+            return Ok(SourcePoll::Exhausted);
         }
         let n = self.limit.allowance(self.spec.batch_size);
         if n == 0 {

@@ -1,0 +1,563 @@
+//! Nexmark events written straight into Arrow columns: the events of the `nexmark` crate (the
+//! same seeds, the same random draws in the same order, so the same values), without an event
+//! struct, a `String` per field or a `format!` per row.
+//!
+//! Each event draws its fields from a generator seeded with its id, in a fixed order (a bid:
+//! auction, bidder, price, channel and url, extra). A field the table does not read is still
+//! drawn when a field it reads comes after it (the draws must stay in step), but not written;
+//! the draws after the last field read are not made at all. A query over `auction` and
+//! `date_time` of bids (q5) makes one or two draws per bid instead of about ninety.
+
+use std::sync::{Arc, OnceLock};
+
+use datafusion::arrow::array::{
+    ArrayBuilder, ArrayRef, Int64Builder, StringBuilder, TimestampNanosecondBuilder,
+};
+use nexmark::config::NexmarkConfig;
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use super::Stream;
+
+/// Fraction of people / auctions that are hot sellers, bidders, auctions: one in these.
+const HOT_SELLER_RATIO: usize = 100;
+const HOT_AUCTION_RATIO: usize = 100;
+const HOT_BIDDER_RATIO: usize = 100;
+/// Channels besides the hot ones.
+const CHANNELS: usize = 10_000;
+
+/// The `nexmark` crate's configuration and what it derives from it.
+#[derive(Debug, Clone)]
+pub struct EventConfig {
+    cfg: NexmarkConfig,
+    proportion_denominator: usize,
+    /// Microseconds between events (one rate: weir sets `first_rate == next_rate`).
+    inter_event_delay: f32,
+}
+
+impl EventConfig {
+    /// `None` when the rate changes over time (`first_rate != next_rate`), which this
+    /// generator does not reproduce.
+    pub fn new(cfg: NexmarkConfig) -> Option<Self> {
+        if cfg.first_rate != cfg.next_rate || cfg.num_event_generators == 0 {
+            return None;
+        }
+        let proportion_denominator =
+            cfg.person_proportion + cfg.auction_proportion + cfg.bid_proportion;
+        let inter_event_delay =
+            cfg.us_per_unit as f32 / cfg.first_rate as f32 * cfg.num_event_generators as f32;
+        Some(Self {
+            cfg,
+            proportion_denominator,
+            inter_event_delay,
+        })
+    }
+
+    /// Event time (ms) of the `event_number`-th event.
+    fn timestamp(&self, event_number: usize) -> u64 {
+        self.cfg.base_time
+            + ((event_number as f32 * self.inter_event_delay) / 1000.0).round() as u64
+    }
+
+    /// The event number of the `offset`-th event of `stream` (the crate's `global_offset`).
+    pub fn event_number(&self, stream: Stream, offset: u64) -> usize {
+        let c = &self.cfg;
+        let offset = offset as usize;
+        let global = match stream {
+            Stream::Person => {
+                offset / c.person_proportion * self.proportion_denominator
+                    + offset % c.person_proportion
+            }
+            Stream::Auction => {
+                offset / c.auction_proportion * self.proportion_denominator
+                    + c.person_proportion
+                    + offset % c.auction_proportion
+            }
+            Stream::Bid => {
+                offset / c.bid_proportion * self.proportion_denominator
+                    + c.person_proportion
+                    + c.auction_proportion
+                    + offset % c.bid_proportion
+            }
+        };
+        c.first_event_number + global
+    }
+
+    fn person_last_id(&self, event_id: usize) -> usize {
+        let c = &self.cfg;
+        let epoch = event_id / self.proportion_denominator;
+        let offset = (event_id % self.proportion_denominator).min(c.person_proportion - 1);
+        epoch * c.person_proportion + offset
+    }
+
+    fn person_next_id(&self, event_id: usize, rng: &mut SmallRng) -> usize {
+        let people = self.person_last_id(event_id) + 1;
+        let active = people.min(self.cfg.active_people);
+        people - active + rng.gen_range(0..active + self.cfg.person_id_lead)
+    }
+
+    fn auction_last_id(&self, event_id: usize) -> usize {
+        let c = &self.cfg;
+        let mut epoch = event_id / self.proportion_denominator;
+        let mut offset = event_id % self.proportion_denominator;
+        if offset < c.person_proportion {
+            epoch = epoch.saturating_sub(1);
+            offset = c.auction_proportion - 1;
+        } else if c.person_proportion + c.auction_proportion <= offset {
+            offset = c.auction_proportion - 1;
+        } else {
+            offset -= c.person_proportion;
+        }
+        epoch * c.auction_proportion + offset
+    }
+
+    fn auction_next_id(&self, event_id: usize, rng: &mut SmallRng) -> usize {
+        let max = self.auction_last_id(event_id);
+        let min = max.saturating_sub(self.cfg.in_flight_auctions);
+        min + rng.gen_range(0..max - min + 1 + self.cfg.auction_id_lead)
+    }
+}
+
+/// Letters `a..=z`, `n` draws, as the crate's `gen_exact_string`; appended to `out` if given.
+fn letters(rng: &mut SmallRng, n: usize, out: Option<&mut Vec<u8>>) {
+    match out {
+        Some(out) => out.extend((0..n).map(|_| rng.gen_range(b'a'..=b'z'))),
+        None => (0..n).for_each(|_| {
+            rng.gen_range(b'a'..=b'z');
+        }),
+    }
+}
+
+/// The crate's `gen_next_extra`: letters making the event about `average` bytes.
+fn extra(rng: &mut SmallRng, current: usize, average: usize, out: Option<&mut Vec<u8>>) {
+    if current > average {
+        return;
+    }
+    let average = average - current;
+    let delta = (average + 2) / 5;
+    let size = average - delta
+        + if delta == 0 {
+            0
+        } else {
+            rng.gen_range(0..2 * delta)
+        };
+    letters(rng, size, out);
+}
+
+/// The crate's `gen_price`.
+fn price(rng: &mut SmallRng) -> usize {
+    (10.0_f32.powf(rng.gen::<f32>() * 6.0) * 100.0).round() as usize
+}
+
+/// The crate's `gen_string_with_delimiter`.
+fn delimited(rng: &mut SmallRng, max: usize, delimiter: char, out: &mut String) {
+    let len = rng.gen_range(3..max);
+    for _ in 0..len {
+        if rng.gen_range(0..13) == 0 {
+            out.push(delimiter);
+        } else {
+            out.push(rng.gen_range(b'a'..=b'z') as char);
+        }
+    }
+}
+
+/// The crate's `get_base_url`.
+fn base_url(seed: u64) -> String {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut url = String::from("https://www.nexmark.com/");
+    for i in 0..3 {
+        if i > 0 {
+            url.push('/');
+        }
+        delimited(&mut rng, 5, '_', &mut url);
+    }
+    url.push_str("/item.htm?query=1");
+    url
+}
+
+/// The crate's channel / url table (`CHANNEL_URL_MAP`), built once.
+fn channel_urls() -> &'static [(String, String)] {
+    static MAP: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    MAP.get_or_init(|| {
+        (0..CHANNELS)
+            .map(|i| {
+                let mut url = base_url(i as u64);
+                let mut rng = SmallRng::seed_from_u64(i as u64);
+                if rng.gen_range(0..10) > 0 {
+                    url.push_str("&channel_id=");
+                    url.push_str(&((i as i32).reverse_bits() as i64).abs().to_string());
+                }
+                (format!("channel-{i}"), url)
+            })
+            .collect()
+    })
+}
+
+/// Builders of one stream's columns; a column not wanted stays empty.
+struct Columns {
+    ints: Vec<Int64Builder>,
+    strings: Vec<StringBuilder>,
+    times: Vec<TimestampNanosecondBuilder>,
+}
+
+impl Columns {
+    fn new(n: usize, ints: usize, strings: usize, times: usize) -> Self {
+        Self {
+            ints: (0..ints).map(|_| Int64Builder::with_capacity(n)).collect(),
+            strings: (0..strings)
+                .map(|_| StringBuilder::with_capacity(n, n * 16))
+                .collect(),
+            times: (0..times)
+                .map(|_| TimestampNanosecondBuilder::with_capacity(n))
+                .collect(),
+        }
+    }
+}
+
+fn ns(ms: u64) -> i64 {
+    (ms as i64).saturating_mul(1_000_000)
+}
+
+/// Writes one stream's events into Arrow columns.
+#[derive(Debug, Clone)]
+pub struct ArrowGenerator {
+    config: Arc<EventConfig>,
+    stream: Stream,
+    /// By column of the stream's full schema: whether the table reads it.
+    want: Vec<bool>,
+    /// The last column read, in the order the fields are drawn.
+    last_drawn: usize,
+}
+
+/// Bid columns in draw order (schema positions): auction, bidder, price, channel/url, extra.
+const BID_DRAWS: [usize; 5] = [0, 1, 2, 3, 6];
+/// Auction columns in draw order: item_name, description, initial_bid, reserve, expires,
+/// seller, category, extra.
+const AUCTION_DRAWS: [usize; 8] = [1, 2, 3, 4, 6, 7, 8, 9];
+/// Person columns in draw order: name, email, credit card, city, state, extra.
+const PERSON_DRAWS: [usize; 6] = [1, 2, 3, 4, 5, 7];
+
+impl ArrowGenerator {
+    /// A generator of `stream` for a table reading the stream's columns `projection`.
+    pub fn new(config: Arc<EventConfig>, stream: Stream, projection: &[usize]) -> Self {
+        let width = stream.schema().fields().len();
+        let mut want = vec![false; width];
+        for &i in projection {
+            if i < width {
+                want[i] = true;
+            }
+        }
+        // The url is drawn with the channel.
+        if stream == Stream::Bid && want[4] {
+            want[3] = true;
+        }
+        let draws: &[usize] = match stream {
+            Stream::Bid => &BID_DRAWS,
+            Stream::Auction => &AUCTION_DRAWS,
+            Stream::Person => &PERSON_DRAWS,
+        };
+        let last_drawn = draws.iter().rposition(|&c| want[c]).map_or(0, |p| p + 1);
+        Self {
+            config,
+            stream,
+            want,
+            last_drawn,
+        }
+    }
+
+    /// Writes the events at stream offsets `*offset`, `*offset + step`, ... up to `n` of them,
+    /// stopping before an event whose number (over all streams) reaches `limit`; advances
+    /// `*offset`. Returns the stream's columns (full width; unread columns empty) and how many
+    /// events were written.
+    pub fn batch(
+        &self,
+        offset: &mut u64,
+        step: u64,
+        n: usize,
+        limit: Option<u64>,
+    ) -> (Vec<ArrayRef>, usize) {
+        let mut taken = 0;
+        let mut scratch = Vec::with_capacity(128);
+        let columns = match self.stream {
+            Stream::Bid => {
+                let mut c = Columns::new(n, 3, 3, 1);
+                while taken < n {
+                    let number = self.config.event_number(self.stream, *offset);
+                    if limit.is_some_and(|l| number as u64 >= l) {
+                        break;
+                    }
+                    self.bid(number, &mut c, &mut scratch);
+                    *offset += step;
+                    taken += 1;
+                }
+                let (i, s, t) = (finish(c.ints), finish(c.strings), finish(c.times));
+                // auction, bidder, price, channel, url, date_time, extra
+                owned(&[&i[0], &i[1], &i[2], &s[0], &s[1], &t[0], &s[2]])
+            }
+            Stream::Auction => {
+                let mut c = Columns::new(n, 5, 3, 2);
+                while taken < n {
+                    let number = self.config.event_number(self.stream, *offset);
+                    if limit.is_some_and(|l| number as u64 >= l) {
+                        break;
+                    }
+                    self.auction(number, &mut c, &mut scratch);
+                    *offset += step;
+                    taken += 1;
+                }
+                let (i, s, t) = (finish(c.ints), finish(c.strings), finish(c.times));
+                // id, item_name, description, initial_bid, reserve, date_time, expires,
+                // seller, category, extra
+                owned(&[
+                    &i[0], &s[0], &s[1], &i[1], &i[2], &t[0], &t[1], &i[3], &i[4], &s[2],
+                ])
+            }
+            Stream::Person => {
+                let mut c = Columns::new(n, 1, 6, 1);
+                while taken < n {
+                    let number = self.config.event_number(self.stream, *offset);
+                    if limit.is_some_and(|l| number as u64 >= l) {
+                        break;
+                    }
+                    self.person(number, &mut c, &mut scratch);
+                    *offset += step;
+                    taken += 1;
+                }
+                let (i, s, t) = (finish(c.ints), finish(c.strings), finish(c.times));
+                // id, name, email_address, credit_card, city, state, date_time, extra
+                owned(&[&i[0], &s[0], &s[1], &s[2], &s[3], &s[4], &t[0], &s[5]])
+            }
+        };
+        (columns, taken)
+    }
+
+    /// Whether the `k`-th draw of the event (in draw order) is made at all.
+    fn draws(&self, k: usize) -> bool {
+        k < self.last_drawn
+    }
+
+    fn bid(&self, number: usize, c: &mut Columns, scratch: &mut Vec<u8>) {
+        let cfg = &self.config;
+        let nex = &cfg.cfg;
+        let event_id = nex.first_event_id + number;
+        let w = &self.want;
+        c.times[0].append_value(ns(cfg.timestamp(number)));
+        if !self.draws(0) {
+            return;
+        }
+        let rng = &mut SmallRng::seed_from_u64(event_id as u64);
+        let auction = if 0 < rng.gen_range(0..nex.hot_auction_ratio) {
+            (cfg.auction_last_id(event_id) / HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO
+        } else {
+            cfg.auction_next_id(event_id, rng)
+        };
+        if w[0] {
+            c.ints[0].append_value((auction + nex.first_auction_id) as i64);
+        }
+        if !self.draws(1) {
+            return;
+        }
+        let bidder = if 0 < rng.gen_range(0..nex.hot_bidder_ratio) {
+            (cfg.person_last_id(event_id) / HOT_BIDDER_RATIO) * HOT_BIDDER_RATIO + 1
+        } else {
+            cfg.person_next_id(event_id, rng)
+        };
+        if w[1] {
+            c.ints[1].append_value((bidder + nex.first_person_id) as i64);
+        }
+        if !self.draws(2) {
+            return;
+        }
+        let p = price(rng);
+        if w[2] {
+            c.ints[2].append_value(p as i64);
+        }
+        if !self.draws(3) {
+            return;
+        }
+        let (channel, url) = if rng.gen_range(0..nex.hot_channel_ratio) > 0 {
+            let index = rng.gen_range(0..nex.hot_channels.len());
+            (&nex.hot_channels[index], &nex.hot_urls[index])
+        } else {
+            let (channel, url) = channel_urls()
+                .choose(rng)
+                .expect("the channel table is not empty");
+            (channel, url)
+        };
+        if w[3] {
+            c.strings[0].append_value(channel);
+        }
+        if w[4] {
+            c.strings[1].append_value(url);
+        }
+        if !self.draws(4) {
+            return;
+        }
+        scratch.clear();
+        extra(rng, 32, nex.avg_bid_byte_size, Some(scratch));
+        c.strings[2].append_value(ascii(scratch));
+    }
+
+    fn auction(&self, number: usize, c: &mut Columns, scratch: &mut Vec<u8>) {
+        let cfg = &self.config;
+        let nex = &cfg.cfg;
+        let event_id = nex.first_event_id + number;
+        let w = &self.want;
+        let time = cfg.timestamp(number);
+        c.ints[0].append_value((cfg.auction_last_id(event_id) + nex.first_auction_id) as i64);
+        c.times[0].append_value(ns(time));
+        if !self.draws(0) {
+            return;
+        }
+        let rng = &mut SmallRng::seed_from_u64(event_id as u64);
+        // item_name (20 letters), description (100).
+        for (k, len, col) in [(0, 20, 1), (1, 100, 2)] {
+            if k > 0 && !self.draws(k) {
+                return;
+            }
+            if w[col] {
+                scratch.clear();
+                letters(rng, len, Some(scratch));
+                c.strings[k].append_value(ascii(scratch));
+            } else {
+                letters(rng, len, None);
+            }
+        }
+        if !self.draws(2) {
+            return;
+        }
+        let initial = price(rng);
+        if w[3] {
+            c.ints[1].append_value(initial as i64);
+        }
+        if !self.draws(3) {
+            return;
+        }
+        let reserve = initial + price(rng);
+        if w[4] {
+            c.ints[2].append_value(reserve as i64);
+        }
+        if !self.draws(4) {
+            return;
+        }
+        let events_for_auctions =
+            (nex.in_flight_auctions * cfg.proportion_denominator) / nex.auction_proportion;
+        let horizon = cfg.timestamp(number + events_for_auctions) - time;
+        let expires = time + 1 + rng.gen_range(0..(horizon * 2).max(1));
+        if w[6] {
+            c.times[1].append_value(ns(expires));
+        }
+        if !self.draws(5) {
+            return;
+        }
+        let seller = if rng.gen_range(0..nex.hot_seller_ratio) > 0 {
+            (cfg.person_last_id(event_id) / HOT_SELLER_RATIO) * HOT_SELLER_RATIO
+        } else {
+            cfg.person_next_id(event_id, rng)
+        };
+        if w[7] {
+            c.ints[3].append_value((seller + nex.first_person_id) as i64);
+        }
+        if !self.draws(6) {
+            return;
+        }
+        let category = nex.first_category_id + rng.gen_range(0..nex.num_categories);
+        if w[8] {
+            c.ints[4].append_value(category as i64);
+        }
+        if !self.draws(7) {
+            return;
+        }
+        scratch.clear();
+        extra(
+            rng,
+            8 + 20 + 100 + 40,
+            nex.avg_auction_byte_size,
+            Some(scratch),
+        );
+        c.strings[2].append_value(ascii(scratch));
+    }
+
+    fn person(&self, number: usize, c: &mut Columns, scratch: &mut Vec<u8>) {
+        let cfg = &self.config;
+        let nex = &cfg.cfg;
+        let event_id = nex.first_event_id + number;
+        let w = &self.want;
+        c.ints[0].append_value((cfg.person_last_id(event_id) + nex.first_person_id) as i64);
+        c.times[0].append_value(ns(cfg.timestamp(number)));
+        if !self.draws(0) {
+            return;
+        }
+        let rng = &mut SmallRng::seed_from_u64(event_id as u64);
+        let first = nex.first_names.choose(rng).expect("first names");
+        let last = nex.last_names.choose(rng).expect("last names");
+        let mut size = 8 + first.len() + 1 + last.len();
+        if w[1] {
+            scratch.clear();
+            scratch.extend_from_slice(first.as_bytes());
+            scratch.push(b' ');
+            scratch.extend_from_slice(last.as_bytes());
+            c.strings[0].append_value(ascii(scratch));
+        }
+        if !self.draws(1) {
+            return;
+        }
+        // 7 letters @ 5 letters .com
+        scratch.clear();
+        letters(rng, 7, Some(scratch));
+        scratch.push(b'@');
+        letters(rng, 5, Some(scratch));
+        scratch.extend_from_slice(b".com");
+        size += scratch.len();
+        if w[2] {
+            c.strings[1].append_value(ascii(scratch));
+        }
+        if !self.draws(2) {
+            return;
+        }
+        let digits: [i32; 4] = std::array::from_fn(|_| rng.gen_range(0..10000));
+        size += 19;
+        if w[3] {
+            let [a, b, d, e] = digits;
+            c.strings[2].append_value(format!("{a:04} {b:04} {d:04} {e:04}"));
+        }
+        if !self.draws(3) {
+            return;
+        }
+        let city = nex.us_cities.choose(rng).expect("cities");
+        size += city.len();
+        if w[4] {
+            c.strings[3].append_value(city);
+        }
+        if !self.draws(4) {
+            return;
+        }
+        let state = nex.us_states.choose(rng).expect("states");
+        size += state.len();
+        if w[5] {
+            c.strings[4].append_value(state);
+        }
+        if !self.draws(5) {
+            return;
+        }
+        scratch.clear();
+        extra(rng, size, nex.avg_person_byte_size, Some(scratch));
+        c.strings[5].append_value(ascii(scratch));
+    }
+}
+
+/// Letters drawn from `a..=z` (and fixed ASCII text) as `&str`.
+fn ascii(bytes: &[u8]) -> &str {
+    // Only ASCII is ever written into the scratch buffer.
+    std::str::from_utf8(bytes).unwrap_or_default()
+}
+
+fn owned(columns: &[&ArrayRef]) -> Vec<ArrayRef> {
+    columns.iter().map(|c| Arc::clone(c)).collect()
+}
+
+/// The builders' arrays, in order.
+fn finish<B: ArrayBuilder>(builders: Vec<B>) -> Vec<ArrayRef> {
+    builders.into_iter().map(|mut b| b.finish()).collect()
+}
