@@ -1,23 +1,31 @@
 //! Every Nexmark query weir runs (`examples/nexmark/*.sql`, as a user runs them) into a
 //! blackhole sink, in one run (`cargo bench --workspace --bench nexmark`):
 //!
-//! - each query over `WEIR_BENCH_EVENTS` generated events (default 10,000,000; events count
-//!   persons, auctions and bids together, as Flink's `nexmark.events.num`), exactly-once with
-//!   1 s checkpoints and at-least-once with 1 s checkpoints, at parallelism
-//!   `WEIR_BENCH_PARALLELISM` (default 2), with as many generator partitions;
+//! - each query over `WEIR_BENCH_EVENTS` events (default 10,000,000; events count persons,
+//!   auctions and bids together, as Flink's `nexmark.events.num`), exactly-once with 1 s
+//!   checkpoints (`WEIR_BENCH_DELIVERY=at_least_once` or `both` for the other delivery), at
+//!   parallelism `WEIR_BENCH_PARALLELISM` (default 2), with as many source partitions;
+//! - from two sources (`WEIR_BENCH_SOURCE=file`, `generator` or `both`, the default): "file"
+//!   reads events files the bench writes once (Arrow IPC, the source's `events_file` option,
+//!   decoded in place from the mapped file), so the query is timed without the generator;
+//!   "gen" generates the events as it goes (the source's Arrow generator), as a user's job does;
 //! - every run in its own process, so its figures are its own: events/s (wall clock),
 //!   events per CPU-second ("per core": CPU time of every thread of the job, so a job that
-//!   keeps two cores busy counts twice), cores used, peak RSS;
-//! - every query runs with `runtime_mode = 'streaming'`: the bounded generator is treated as
+//!   keeps two cores busy counts twice), cores used, peak RSS (with "file", the mapped file's
+//!   pages the query touched count too);
+//! - every query runs with `runtime_mode = 'streaming'`: the bounded source is treated as
 //!   the unbounded stream it stands for, so joins, GROUP BY and Top-N without windows run as
 //!   the updating operators (their changelog counted in "rows out"), not as one batch
 //!   computation at the end;
-//! - the same computation by DataFusion batch SQL over the same events held in memory
-//!   (generation not timed for DataFusion, timed for weir, whose source generates them) and
-//!   the ratio of weir's events/s to DataFusion's: the windowed queries (q5, q7, q8) by
+//! - the same computation by DataFusion batch SQL over the same events (the events files read
+//!   into memory, in one partition and dealt over `parallelism` partitions: the faster counts;
+//!   reading not timed) and the
+//!   ratio of weir's events/s to DataFusion's: the windowed queries (q5, q7, q8, q11) by
 //!   window arithmetic, the others by the query's own SQL;
-//! - medians of `WEIR_BENCH_RUNS` runs (default 3). `WEIR_BENCH_QUERIES=q5,q7` picks queries,
-//!   `WEIR_BENCH_DELIVERY=exactly_once` (or `at_least_once`) one delivery.
+//! - medians of `WEIR_BENCH_RUNS` runs (default 3). `WEIR_BENCH_QUERIES=q5,q7` picks queries.
+//!
+//! A run of every query writes its table to `docs/nexmark-bench.md` (or to
+//! `WEIR_BENCH_TABLE`, which also makes a run of some queries write it).
 
 mod util;
 
@@ -119,8 +127,31 @@ fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// One run of one query in this process; prints `RESULT wall cpu rss rows_out`.
-fn child(query: &str, delivery: &str, events: usize, parallelism: usize) {
+/// The query's script with its tables reading `source`: the events files in that folder, or
+/// (`gen`) the generator.
+fn script(query: &str, source: &str, events: usize, parallelism: usize) -> String {
+    let mut script =
+        std::fs::read_to_string(workspace().join(format!("examples/nexmark/{query}.sql"))).unwrap();
+    if source != "gen" {
+        for stream in ["person", "auction", "bid"] {
+            let file = Path::new(source).join(format!("{stream}.arrow"));
+            script = script.replace(
+                &format!("stream = '{stream}', events = '1000000'"),
+                &format!(
+                    "stream = '{stream}', events_file = '{}', partitions = '{parallelism}'",
+                    file.display()
+                ),
+            );
+        }
+    }
+    script.replace(
+        "events = '1000000'",
+        &format!("events = '{events}', partitions = '{parallelism}'"),
+    )
+}
+
+/// One run of one query in this process; prints `RESULT wall cpu rss rows_out late_rows`.
+fn child(query: &str, delivery: &str, events: usize, parallelism: usize, source: &str) {
     let dir = tempfile::tempdir().unwrap();
     let (mut s, _) = Session::open(SessionConfig {
         parallelism,
@@ -128,12 +159,11 @@ fn child(query: &str, delivery: &str, events: usize, parallelism: usize) {
         ..SessionConfig::default()
     })
     .unwrap();
-    let script = std::fs::read_to_string(workspace().join(format!("examples/nexmark/{query}.sql")))
-        .unwrap()
-        .replace(
-            "events = '1000000'",
-            &format!("events = '{events}', partitions = '{parallelism}'"),
-        );
+    let script = script(query, source, events, parallelism);
+    assert!(
+        !script.contains("'1000000'"),
+        "{query}: a table the bench did not size"
+    );
     let (statements, _) = split_statements(&script);
     let (select, tables) = statements.split_last().unwrap();
     for t in tables {
@@ -172,11 +202,17 @@ struct Figures {
     rows_out: u64,
 }
 
-fn measure(query: &str, delivery: &str, events: usize, parallelism: usize) -> Figures {
+fn measure(
+    query: &str,
+    delivery: &str,
+    events: usize,
+    parallelism: usize,
+    source: &str,
+) -> Figures {
     let out = Command::new(std::env::current_exe().unwrap())
         .env(
             "WEIR_BENCH_CHILD",
-            format!("{query},{delivery},{events},{parallelism}"),
+            format!("{query},{delivery},{events},{parallelism},{source}"),
         )
         .output()
         .unwrap();
@@ -216,8 +252,14 @@ fn datafusion_run(
 
 fn main() {
     if let Ok(spec) = std::env::var("WEIR_BENCH_CHILD") {
-        let p: Vec<&str> = spec.split(',').collect();
-        child(p[0], p[1], p[2].parse().unwrap(), p[3].parse().unwrap());
+        let p: Vec<&str> = spec.splitn(5, ',').collect();
+        child(
+            p[0],
+            p[1],
+            p[2].parse().unwrap(),
+            p[3].parse().unwrap(),
+            p[4],
+        );
         return;
     }
     // `cargo bench` passes --bench; nothing else is taken from the command line.
@@ -225,41 +267,61 @@ fn main() {
     let runs = env_usize("WEIR_BENCH_RUNS", 3).max(1);
     let parallelism = env_usize("WEIR_BENCH_PARALLELISM", 2).max(1);
     let picked = std::env::var("WEIR_BENCH_QUERIES").unwrap_or_default();
-    let deliveries: Vec<&str> = match std::env::var("WEIR_BENCH_DELIVERY").as_deref() {
-        Ok("exactly_once") => vec!["exactly_once"],
-        Ok("at_least_once") => vec!["at_least_once"],
-        _ => vec!["exactly_once", "at_least_once"],
+    let pick = |name: &str, all: &[&'static str]| -> Vec<&'static str> {
+        match std::env::var(name).as_deref() {
+            Ok("both") => all.to_vec(),
+            Ok(one) if all.contains(&one) => vec![all[all.iter().position(|a| *a == one).unwrap()]],
+            _ => all[..1].to_vec(),
+        }
+    };
+    let deliveries = pick("WEIR_BENCH_DELIVERY", &["exactly_once", "at_least_once"]);
+    let sources = match std::env::var("WEIR_BENCH_SOURCE").as_deref() {
+        Ok("file") => vec!["file"],
+        Ok("generator") => vec!["gen"],
+        _ => vec!["file", "gen"],
     };
     let queries: Vec<&str> = QUERIES
         .iter()
         .copied()
         .filter(|q| picked.is_empty() || picked.split(',').any(|p| p.trim() == *q))
         .collect();
-    println!(
+    let title = format!(
         "Nexmark, {events} events, parallelism {parallelism}, blackhole sink, medians of {runs} runs"
     );
+    println!("{title}");
     println!(
         "(per core = events per CPU-second of the whole process; cores = CPU time / wall time)"
     );
-    let needs_df = queries.iter().any(|q| batch_sql(q).is_some());
+    let files = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    weir_tests::nexmark::write_files(files.path(), events as u64).expect("events files");
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "Wrote the events files in {secs:.2} s ({:.0} events/s, the generator alone, one thread, \
+         all columns of all three streams)",
+        events as f64 / secs
+    );
+    let started = Instant::now();
+    drop(weir_tests::nexmark::context(events as u64).expect("crate events"));
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "(the nexmark crate's generator, event structs then Arrow, as weir's source was before \
+         the Arrow generator: {secs:.2} s, {:.0} events/s)",
+        events as f64 / secs
+    );
+    // DataFusion over the events in one partition and in `parallelism` partitions (the same
+    // batches, dealt differently): the faster of the two counts.
+    let contexts: Vec<SessionContext> = [1, parallelism]
+        .into_iter()
+        .map(|p| weir_tests::nexmark::context_of_files(files.path(), p).expect("reference tables"))
+        .collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(parallelism)
         .build()
         .unwrap();
-    let ctx = needs_df.then(|| {
-        let started = Instant::now();
-        let ctx = weir_tests::nexmark::context(events as u64).expect("reference tables");
-        let secs = started.elapsed().as_secs_f64();
-        println!(
-            "DataFusion reads the events from memory; generating them (all three streams, one \
-             thread, into Arrow) took {secs:.2} s = {:.0} events/s, not counted for DataFusion",
-            events as f64 / secs
-        );
-        ctx
-    });
-    println!(
-        "{:<4} {:<14} {:>12} {:>12} {:>6} {:>9} {:>10} {:>12} {:>9}",
+    let header = [
         "q",
+        "source",
         "delivery",
         "events/s",
         "per core",
@@ -267,49 +329,119 @@ fn main() {
         "peak MB",
         "rows out",
         "DF events/s",
-        "vs DF"
+        "vs DF",
+    ];
+    println!(
+        "{:<4} {:<6} {:<12} {:>12} {:>12} {:>6} {:>9} {:>10} {:>12} {:>7}",
+        header[0],
+        header[1],
+        header[2],
+        header[3],
+        header[4],
+        header[5],
+        header[6],
+        header[7],
+        header[8],
+        header[9]
     );
-    for q in queries {
-        let df = match (batch_sql(q), &ctx) {
-            (Some(sql), Some(ctx)) => {
-                let times: Result<Vec<f64>, String> =
-                    (0..runs).map(|_| datafusion_run(&rt, ctx, &sql)).collect();
-                match times {
-                    Ok(times) => Some(events as f64 / median(times)),
-                    Err(e) => {
-                        println!("{q}: DataFusion batch could not run it: {e}");
-                        None
-                    }
+    let mut table: Vec<Vec<String>> = Vec::new();
+    for q in &queries {
+        let df = batch_sql(q).and_then(|sql| {
+            let times: Result<Vec<f64>, String> = contexts
+                .iter()
+                .map(|ctx| {
+                    let t: Result<Vec<f64>, String> =
+                        (0..runs).map(|_| datafusion_run(&rt, ctx, &sql)).collect();
+                    t.map(median)
+                })
+                .collect();
+            match times {
+                Ok(times) => Some(events as f64 / times.into_iter().fold(f64::MAX, f64::min)),
+                Err(e) => {
+                    println!("{q}: DataFusion batch could not run it: {e}");
+                    None
                 }
             }
-            _ => None,
-        };
+        });
         for delivery in deliveries.iter().copied() {
-            let figures: Vec<Figures> = (0..runs)
-                .map(|_| measure(q, delivery, events, parallelism))
-                .collect();
-            let pick = |f: fn(&Figures) -> f64| median(figures.iter().map(f).collect());
-            let eps = pick(|f| f.events_per_sec);
-            let (df_text, ratio) = match df {
-                Some(d) => (format!("{d:.0}"), format!("{:.2}x", eps / d)),
-                None => ("-".into(), "-".into()),
-            };
-            println!(
-                "{:<4} {:<14} {:>12.0} {:>12.0} {:>6.2} {:>9.0} {:>10} {:>12} {:>9}",
-                q,
-                if delivery == "exactly_once" {
-                    "EO 1s ckpt"
+            for source in sources.iter().copied() {
+                let from = if source == "gen" {
+                    "gen".to_string()
                 } else {
-                    "ALO 1s ckpt"
-                },
-                eps,
-                pick(|f| f.per_core),
-                pick(|f| f.cores),
-                pick(|f| f.rss_mb),
-                figures[0].rows_out,
-                df_text,
-                ratio
-            );
+                    files.path().display().to_string()
+                };
+                let figures: Vec<Figures> = (0..runs)
+                    .map(|_| measure(q, delivery, events, parallelism, &from))
+                    .collect();
+                let pick = |f: fn(&Figures) -> f64| median(figures.iter().map(f).collect());
+                let eps = pick(|f| f.events_per_sec);
+                let (df_text, ratio) = match df {
+                    Some(d) => (format!("{d:.0}"), format!("{:.3}x", eps / d)),
+                    None => ("-".into(), "-".into()),
+                };
+                let row = vec![
+                    q.to_string(),
+                    source.to_string(),
+                    if delivery == "exactly_once" {
+                        "EO 1s ckpt"
+                    } else {
+                        "ALO 1s ckpt"
+                    }
+                    .to_string(),
+                    format!("{eps:.0}"),
+                    format!("{:.0}", pick(|f| f.per_core)),
+                    format!("{:.2}", pick(|f| f.cores)),
+                    format!("{:.0}", pick(|f| f.rss_mb)),
+                    figures[0].rows_out.to_string(),
+                    df_text,
+                    ratio,
+                ];
+                println!(
+                    "{:<4} {:<6} {:<12} {:>12} {:>12} {:>6} {:>9} {:>10} {:>12} {:>7}",
+                    row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9]
+                );
+                table.push(row);
+            }
         }
     }
+    let target = std::env::var("WEIR_BENCH_TABLE")
+        .ok()
+        .map(PathBuf::from)
+        .or_else(|| {
+            picked
+                .is_empty()
+                .then(|| workspace().join("docs/nexmark-bench.md"))
+        });
+    if let Some(path) = target {
+        let text = markdown(&title, &header, &table);
+        match std::fs::write(&path, text) {
+            Ok(()) => println!("Wrote the table to {}", path.display()),
+            Err(e) => println!("Could not write {}: {e}", path.display()),
+        }
+    }
+}
+
+/// The table as markdown, with how it was made.
+fn markdown(title: &str, header: &[&str], rows: &[Vec<String>]) -> String {
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(workspace())
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut out = format!(
+        "# Nexmark figures\n\nWritten by `cargo bench --workspace --bench nexmark` (see the bench's \
+         comment for what each column means) at commit {commit} on a {cores}-core machine.\n\n\
+         {title}. \"file\": events read from Arrow IPC events files (the query alone); \"gen\": \
+         events generated by the source as it runs. \"vs DF\": weir's events/s over DataFusion \
+         batch SQL's over the same events held in memory.\n\n"
+    );
+    out.push_str(&format!("| {} |\n", header.join(" | ")));
+    out.push_str(&format!("|{}\n", "---|".repeat(header.len())));
+    for row in rows {
+        out.push_str(&format!("| {} |\n", row.join(" | ")));
+    }
+    out
 }

@@ -164,3 +164,41 @@ pub fn context(events: u64) -> Result<SessionContext> {
     ctx.register_table("auction", auction)?;
     Ok(ctx)
 }
+
+/// Writes the first `events` events of the three streams to `dir/{person,auction,bid}.arrow`
+/// (weir's events files, read by the source's `events_file` option and by [`context_of_files`]).
+pub fn write_files(dir: &std::path::Path, events: u64) -> weir_connectors::error::Result<()> {
+    use weir_connectors::nexmark::{config, write_events_file, Stream};
+    for stream in [Stream::Person, Stream::Auction, Stream::Bid] {
+        let path = dir.join(format!("{}.arrow", stream.name()));
+        write_events_file(
+            &path,
+            stream,
+            events,
+            config(1_436_918_400_000, 10_000),
+            8192,
+        )?;
+    }
+    Ok(())
+}
+
+/// A DataFusion context with tables `person`, `auction` and `bid` read into memory from the
+/// events files [`write_files`] wrote, their batches dealt round-robin over `partitions`
+/// partitions (as weir's source partitions read them).
+pub fn context_of_files(dir: &std::path::Path, partitions: usize) -> Result<SessionContext> {
+    use datafusion::arrow::ipc::reader::FileReader;
+    let ctx = SessionContext::new();
+    for name in ["person", "auction", "bid"] {
+        let file = std::fs::File::open(dir.join(format!("{name}.arrow")))?;
+        let reader = FileReader::try_new_buffered(file, None)?;
+        let schema = Arc::new(Schema::new(reader.schema().fields().clone()));
+        let mut parts = vec![Vec::new(); partitions.max(1)];
+        for (i, batch) in reader.enumerate() {
+            let batch = RecordBatch::try_new(Arc::clone(&schema), batch?.columns().to_vec())?;
+            let n = parts.len();
+            parts[i % n].push(batch);
+        }
+        ctx.register_table(name, Arc::new(MemTable::try_new(schema, parts)?))?;
+    }
+    Ok(ctx)
+}

@@ -8,12 +8,16 @@
 //! the first event, ms since the epoch, default 2015-07-15 00:00:00 UTC so runs are
 //! reproducible), `batch_size` (default 8192), `partitions` (default 1: generators run in
 //! parallel, partition i producing the stream's events i, i + n, i + 2n, ...; each is in time
-//! order and the watermark is their minimum).
+//! order and the watermark is their minimum), `events_file` (read the stream's rows from an
+//! Arrow IPC file written by [`write_events_file`] instead of generating them: the file fixes
+//! the events, so `events`, `event_rate` and `base_time` are not taken with it; partition i
+//! reads the file's batches i, i + n, ...).
 //!
 //! Timestamps are `TIMESTAMP` (nanoseconds, no zone). Each table reads its own generator, so the
 //! three streams agree on ids and times. The events are the `nexmark` crate's, written straight
 //! into Arrow columns by [`generate`], which draws only the fields the table reads.
 
+mod events_file;
 mod generate;
 #[cfg(test)]
 mod tests;
@@ -31,6 +35,7 @@ use weir_engine::{
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 use crate::rate::RateLimit;
+pub use events_file::{write_events_file, EventsFile};
 use generate::{ArrowGenerator, EventConfig};
 
 pub(crate) const OPTIONS: &[&str] = &[
@@ -42,6 +47,7 @@ pub(crate) const OPTIONS: &[&str] = &[
     "base_time",
     "batch_size",
     "partitions",
+    "events_file",
 ];
 /// 2015-07-15 00:00:00 UTC in milliseconds.
 const DEFAULT_BASE_TIME_MS: u64 = 1_436_918_400_000;
@@ -61,6 +67,15 @@ impl Stream {
             "auction" | "auctions" => Some(Stream::Auction),
             "bid" | "bids" => Some(Stream::Bid),
             _ => None,
+        }
+    }
+
+    /// The stream's name in the `stream` option.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Person => "person",
+            Stream::Auction => "auction",
+            Stream::Bid => "bid",
         }
     }
 
@@ -106,7 +121,7 @@ impl Stream {
 }
 
 /// The `nexmark` crate's configuration for these options.
-fn config(base_time_ms: u64, event_rate: usize) -> NexmarkConfig {
+pub fn config(base_time_ms: u64, event_rate: usize) -> NexmarkConfig {
     NexmarkConfig {
         base_time: base_time_ms,
         first_rate: event_rate,
@@ -132,6 +147,8 @@ pub struct NexmarkSourceFactory {
     pub schema: SchemaRef,
     /// The generator's configuration, derived from the options.
     events_config: Arc<EventConfig>,
+    /// Pre-generated events to read instead of generating them.
+    file: Option<Arc<EventsFile>>,
 }
 
 fn positive(options: &mut Options, key: &str) -> Result<Option<u64>> {
@@ -158,7 +175,25 @@ impl NexmarkSourceFactory {
             value: stream_name.clone(),
             reason: "expected 'person', 'auction' or 'bid'".into(),
         })?;
-        let events = options.take_parsed::<u64>("events", "a whole number")?;
+        let file_path = options.take("events_file");
+        if let Some(key) = file_path.as_ref().and_then(|_| {
+            ["events", "event_rate", "base_time"]
+                .into_iter()
+                .find(|k| options.get(k).is_some())
+        }) {
+            return Err(ConnectorError::InvalidOption {
+                option: key.into(),
+                value: options.get(key).unwrap_or_default().into(),
+                reason: "the events_file fixes the events; leave this option out".into(),
+            });
+        }
+        let file = file_path
+            .map(|p| EventsFile::open(std::path::Path::new(&p), stream).map(Arc::new))
+            .transpose()?;
+        let events = match &file {
+            Some(f) => Some(f.events),
+            None => options.take_parsed::<u64>("events", "a whole number")?,
+        };
         let rate = positive(options, "rate")?;
         let event_rate = positive(options, "event_rate")?.unwrap_or(10_000) as usize;
         let base_time_ms = options
@@ -205,6 +240,7 @@ impl NexmarkSourceFactory {
             projection,
             schema,
             events_config: Arc::new(events_config),
+            file,
         })
     }
 
@@ -216,9 +252,11 @@ impl NexmarkSourceFactory {
             self.stream,
             &self.projection,
         );
+        let decoder = self.file.as_ref().map(|f| f.decoder(&self.projection));
         NexmarkReader {
             spec: self.clone(),
             generator,
+            decoder,
             offset,
             limit: RateLimit::new(self.rate),
         }
@@ -234,8 +272,12 @@ impl SourceFactory for NexmarkSourceFactory {
             1 => String::new(),
             n => format!(", {n} partitions"),
         };
+        let from = match &self.file {
+            Some(f) => format!(" from {f:?}"),
+            None => String::new(),
+        };
         format!(
-            "NexmarkSource: {:?} stream, {events}{partitions} as {}",
+            "NexmarkSource: {:?} stream, {events}{partitions}{from} as {}",
             self.stream, self.table
         )
     }
@@ -270,11 +312,13 @@ impl SourceFactory for NexmarkSourceFactory {
     }
 }
 
-/// Generates one stream.
+/// Generates one stream (or reads it from the events file).
 pub struct NexmarkReader {
     spec: NexmarkSourceFactory,
     generator: ArrowGenerator,
-    /// The stream offset of the next event.
+    /// With an events file: its decoder of the table's columns.
+    decoder: Option<datafusion::arrow::ipc::reader::FileDecoder>,
+    /// The stream offset of the next event; with an events file, the next batch's index.
     offset: u64,
     limit: RateLimit,
 }
@@ -285,14 +329,30 @@ impl NexmarkReader {
         self.offset
     }
 
-    /// Whether the next event is past the `events` bound.
+    /// Whether the next event is past the `events` bound (or the file's end).
     fn exhausted(&self) -> bool {
+        if let Some(file) = &self.spec.file {
+            return self.offset >= file.batches() as u64;
+        }
         self.spec.events.is_some_and(|limit| {
             self.spec
                 .events_config
                 .event_number(self.spec.stream, self.offset) as u64
                 >= limit
         })
+    }
+
+    /// The next batch of the events file (the table's columns).
+    fn file_batch(&mut self) -> EngineResult<RecordBatch> {
+        let (Some(file), Some(decoder)) = (&self.spec.file, &self.decoder) else {
+            return Err(EngineError::Internal("nexmark: no events file".into()));
+        };
+        let batch = file
+            .batch(decoder, self.offset as usize)
+            .map_err(|e| EngineError::BadInput(e.to_string()))?;
+        self.offset += self.spec.partitions as u64;
+        self.limit.took(batch.num_rows());
+        self.conform(batch.columns())
     }
 
     fn batch(&mut self, n: usize) -> EngineResult<RecordBatch> {
@@ -303,14 +363,22 @@ impl NexmarkReader {
             self.spec.events,
         );
         self.limit.took(taken);
-        let schema = &self.spec.schema;
-        let projected = self
+        let projected: Vec<_> = self
             .spec
             .projection
             .iter()
+            .map(|&i| columns[i].clone())
+            .collect();
+        self.conform(&projected)
+    }
+
+    /// The table's batch of its columns, cast to its declared types.
+    fn conform(&self, columns: &[datafusion::arrow::array::ArrayRef]) -> EngineResult<RecordBatch> {
+        let schema = &self.spec.schema;
+        let projected = columns
+            .iter()
             .zip(schema.fields())
-            .map(|(&i, field)| {
-                let c = &columns[i];
+            .map(|(c, field)| {
                 if c.data_type() == field.data_type() {
                     Ok(Arc::clone(c))
                 } else {
@@ -339,7 +407,11 @@ impl SourceReader for NexmarkReader {
         if n == 0 {
             return Ok(SourcePoll::Pending);
         }
-        let batch = self.batch(n)?;
+        let batch = if self.spec.file.is_some() {
+            self.file_batch()?
+        } else {
+            self.batch(n)?
+        };
         if batch.num_rows() == 0 {
             return Ok(SourcePoll::Exhausted);
         }

@@ -129,3 +129,133 @@ fn the_events_bound_counts_events_of_all_streams() {
         assert_eq!(more, 0, "{stream:?}");
     }
 }
+
+mod events_file {
+    use datafusion::arrow::compute::concat_batches;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use weir_engine::{SourceFactory, SourcePoll, SourceReader};
+
+    use super::super::{config, write_events_file, NexmarkSourceFactory, Stream};
+    use crate::error::Result;
+    use crate::options::Options;
+
+    fn source(
+        table: &str,
+        pairs: &[(&str, &str)],
+        declared: Option<SchemaRef>,
+    ) -> Result<NexmarkSourceFactory> {
+        let mut options = Options::new(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        NexmarkSourceFactory::from_options(table, declared, &mut options)
+    }
+
+    /// Every batch partition `partition` of the source reads.
+    fn drain(factory: &NexmarkSourceFactory, partition: u64) -> Vec<RecordBatch> {
+        let mut reader = factory.reader_at(partition);
+        let mut out = Vec::new();
+        loop {
+            match reader.poll_next().unwrap() {
+                SourcePoll::Batch(b) => out.push(b),
+                SourcePoll::Exhausted => return out,
+                other => panic!(
+                    "no rate was set, one split: {}",
+                    matches!(other, SourcePoll::Pending)
+                ),
+            }
+        }
+    }
+
+    fn all(factory: &NexmarkSourceFactory, batches: Vec<RecordBatch>) -> RecordBatch {
+        concat_batches(&factory.schema, &batches).unwrap()
+    }
+
+    #[test]
+    fn a_query_reads_the_same_rows_from_the_events_file_as_from_the_generator() {
+        let dir = tempfile::tempdir().unwrap();
+        let ts = || DataType::Timestamp(TimeUnit::Nanosecond, None);
+        for (stream, declared) in [
+            (Stream::Person, None),
+            (Stream::Auction, None),
+            (Stream::Bid, None),
+            // Some columns, out of order, one of them cast.
+            (
+                Stream::Bid,
+                Some(Schema::new(vec![
+                    Field::new("date_time", ts(), false),
+                    Field::new("price", DataType::Float64, false),
+                    Field::new("auction", DataType::Int64, false),
+                ])),
+            ),
+        ] {
+            let declared = declared.map(std::sync::Arc::new);
+            let path = dir.path().join(format!("{}.arrow", stream.name()));
+            let rows =
+                write_events_file(&path, stream, 5000, config(1_436_918_400_000, 10_000), 97)
+                    .unwrap();
+            let name = stream.name();
+            let generated = source(
+                name,
+                &[("events", "5000"), ("batch_size", "97")],
+                declared.clone(),
+            )
+            .unwrap();
+            let want = all(&generated, drain(&generated, 0));
+            assert_eq!(want.num_rows() as u64, rows, "{name}");
+            let path = path.to_str().unwrap();
+            let one = source(name, &[("events_file", path)], declared.clone()).unwrap();
+            assert!(one.is_bounded(), "{name}");
+            assert_eq!(all(&one, drain(&one, 0)), want, "{name}");
+            // Three partitions: partition p reads batches p, p + 3, ...
+            let three = source(
+                name,
+                &[("events_file", path), ("partitions", "3")],
+                declared,
+            )
+            .unwrap();
+            let parts: Vec<Vec<RecordBatch>> = (0..3).map(|p| drain(&three, p)).collect();
+            let mut in_order = Vec::new();
+            for k in 0.. {
+                let round: Vec<_> = parts.iter().filter_map(|p| p.get(k).cloned()).collect();
+                if round.is_empty() {
+                    break;
+                }
+                in_order.extend(round);
+            }
+            assert_eq!(all(&three, in_order), want, "{name}, 3 partitions");
+        }
+    }
+
+    #[test]
+    fn a_wrong_events_file_or_option_is_refused_with_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let bids = dir.path().join("bids.arrow");
+        write_events_file(&bids, Stream::Bid, 100, config(0, 10_000), 10).unwrap();
+        let bids = bids.to_str().unwrap();
+        let err = |r: Result<NexmarkSourceFactory>| r.expect_err("refused").to_string();
+        let e = err(source("person", &[("events_file", bids)], None));
+        assert!(e.contains(bids) && e.contains("'bid' stream"), "{e}");
+        let e = err(source(
+            "bid",
+            &[("events_file", bids), ("events", "5")],
+            None,
+        ));
+        assert!(
+            e.contains("'events'") && e.contains("events_file fixes"),
+            "{e}"
+        );
+        let text = dir.path().join("text.arrow");
+        std::fs::write(&text, "auction,price\n1,2\n").unwrap();
+        let e = err(source(
+            "bid",
+            &[("events_file", text.to_str().unwrap())],
+            None,
+        ));
+        assert!(e.contains("not an Arrow IPC file"), "{e}");
+        let e = err(source(
+            "bid",
+            &[("events_file", "/nonexistent/bids.arrow")],
+            None,
+        ));
+        assert!(e.contains("/nonexistent/bids.arrow"), "{e}");
+    }
+}

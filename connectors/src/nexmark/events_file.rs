@@ -1,0 +1,205 @@
+//! Pre-generated Nexmark events: one stream's rows in an Arrow IPC file, written once by
+//! [`write_events_file`] and read back by the source (`events_file = 'path'`) without
+//! generating anything, so a benchmark can time a query apart from the generator.
+//!
+//! The file holds the stream's full schema in batches of `batch_size` rows, in stream order;
+//! its schema metadata names the stream and the generator options it was written with. The
+//! reader maps the file into memory and decodes each batch in place (Arrow's `FileDecoder`
+//! over the mapped bytes): only the columns the table reads are touched, nothing is copied.
+//! Partition `i` of `n` reads batches `i`, `i + n`, ...; each partition is in time order, as
+//! with the generator (the watermark is their minimum).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::buffer::Buffer;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::ipc::convert::fb_to_schema;
+use datafusion::arrow::ipc::reader::{read_footer_length, FileDecoder};
+use datafusion::arrow::ipc::writer::FileWriter;
+use datafusion::arrow::ipc::{root_as_footer, Block};
+use nexmark::config::NexmarkConfig;
+
+use super::generate::{ArrowGenerator, EventConfig};
+use super::Stream;
+use weir_engine::EngineError;
+
+use crate::error::{ConnectorError, Result};
+
+fn arrow(e: datafusion::arrow::error::ArrowError) -> ConnectorError {
+    ConnectorError::Engine(e.into())
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> ConnectorError {
+    move |e| ConnectorError::Engine(EngineError::io(what, e))
+}
+
+/// Schema metadata keys.
+const META_STREAM: &str = "weir.nexmark.stream";
+const META_EVENTS: &str = "weir.nexmark.events";
+const META_EVENT_RATE: &str = "weir.nexmark.event_rate";
+const META_BASE_TIME: &str = "weir.nexmark.base_time";
+
+/// Writes the rows of `stream` among the first `events` events (over all three streams) of
+/// the generator configured by `config` (the source's `event_rate` and `base_time`) to
+/// `path`, in batches of `batch_size` rows. Returns the number of rows written.
+pub fn write_events_file(
+    path: &Path,
+    stream: Stream,
+    events: u64,
+    config: NexmarkConfig,
+    batch_size: usize,
+) -> Result<u64> {
+    let event_rate = config.first_rate;
+    let base_time = config.base_time;
+    let events_config = EventConfig::new(config).ok_or_else(|| ConnectorError::InvalidOption {
+        option: "event_rate".into(),
+        value: event_rate.to_string(),
+        reason: "expected one positive rate".into(),
+    })?;
+    let full = stream.schema();
+    let metadata = HashMap::from([
+        (META_STREAM.to_string(), stream.name().to_string()),
+        (META_EVENTS.to_string(), events.to_string()),
+        (META_EVENT_RATE.to_string(), event_rate.to_string()),
+        (META_BASE_TIME.to_string(), base_time.to_string()),
+    ]);
+    let schema = Arc::new(Schema::new_with_metadata(full.fields().clone(), metadata));
+    let all: Vec<usize> = (0..full.fields().len()).collect();
+    let generator = ArrowGenerator::new(Arc::new(events_config), stream, &all);
+    let cannot_write = || io(format!("cannot write '{}'", path.display()));
+    let file = File::create(path).map_err(cannot_write())?;
+    let mut writer = FileWriter::try_new(std::io::BufWriter::new(file), &schema).map_err(arrow)?;
+    let (mut offset, mut rows) = (0u64, 0u64);
+    loop {
+        let (columns, taken) = generator.batch(&mut offset, 1, batch_size.max(1), Some(events));
+        if taken == 0 {
+            break;
+        }
+        let batch = RecordBatch::try_new(schema.clone(), columns).map_err(arrow)?;
+        writer.write(&batch).map_err(arrow)?;
+        rows += taken as u64;
+    }
+    writer.finish().map_err(arrow)?;
+    let file = writer.into_inner().map_err(arrow)?;
+    file.into_inner()
+        .map_err(|e| cannot_write()(e.into_error()))?
+        .sync_all()
+        .map_err(cannot_write())?;
+    Ok(rows)
+}
+
+/// An events file mapped into memory: its batches, decoded on demand.
+pub struct EventsFile {
+    path: PathBuf,
+    /// The whole file.
+    bytes: Buffer,
+    blocks: Vec<Block>,
+    schema: SchemaRef,
+    version: datafusion::arrow::ipc::MetadataVersion,
+    /// The number of events (over all streams) the file was written for.
+    pub events: u64,
+}
+
+impl std::fmt::Debug for EventsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventsFile")
+            .field("path", &self.path)
+            .field("batches", &self.blocks.len())
+            .finish()
+    }
+}
+
+impl EventsFile {
+    /// Maps `path` and checks that it holds the `stream` stream. Errors name the file.
+    pub fn open(path: &Path, stream: Stream) -> Result<Self> {
+        let bad = |what: String| {
+            ConnectorError::Schema(format!("events_file '{}': {what}", path.display()))
+        };
+        let file = File::open(path).map_err(io(format!("cannot open '{}'", path.display())))?;
+        // SAFETY: the mapping is read-only and private; the file is one weir wrote for reading
+        // (as with any memory-mapped input, truncating it while a job reads it is not supported).
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(io(format!("cannot map '{}'", path.display())))?;
+        let bytes = Buffer::from(bytes::Bytes::from_owner(map));
+        let len = bytes.len();
+        if len < 10 + 8 || &bytes[len - 6..] != b"ARROW1" {
+            return Err(bad("not an Arrow IPC file".into()));
+        }
+        let trailer: [u8; 10] = bytes[len - 10..].try_into().expect("10 bytes");
+        let footer_len = read_footer_length(trailer).map_err(arrow)?;
+        if footer_len + 10 > len {
+            return Err(bad("truncated Arrow IPC footer".into()));
+        }
+        let footer = root_as_footer(&bytes[len - 10 - footer_len..len - 10])
+            .map_err(|e| bad(format!("unreadable Arrow IPC footer: {e}")))?;
+        let schema = Arc::new(fb_to_schema(
+            footer.schema().ok_or_else(|| bad("no schema".into()))?,
+        ));
+        let version = footer.version();
+        let blocks: Vec<Block> = footer
+            .recordBatches()
+            .map(|b| b.iter().copied().collect())
+            .unwrap_or_default();
+        let meta = |k: &str| schema.metadata().get(k).cloned();
+        let written_for = meta(META_STREAM).unwrap_or_default();
+        if written_for != stream.name() {
+            return Err(bad(format!(
+                "holds the '{written_for}' stream, not '{}' (written by weir's write_events_file?)",
+                stream.name()
+            )));
+        }
+        let full = stream.schema();
+        let same = full.fields().len() == schema.fields().len()
+            && full
+                .fields()
+                .iter()
+                .zip(schema.fields())
+                .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+        if !same {
+            return Err(bad(format!(
+                "its columns are not the {} stream's",
+                stream.name()
+            )));
+        }
+        let events = meta(META_EVENTS)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| bad("no event count in its metadata".into()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            bytes,
+            blocks,
+            schema,
+            version,
+            events,
+        })
+    }
+
+    pub fn batches(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// A decoder of the columns `projection` (indexes in the stream's schema).
+    pub fn decoder(&self, projection: &[usize]) -> FileDecoder {
+        FileDecoder::new(self.schema.clone(), self.version).with_projection(projection.to_vec())
+    }
+
+    /// The `index`-th batch, decoded in place by `decoder`.
+    pub fn batch(&self, decoder: &FileDecoder, index: usize) -> Result<RecordBatch> {
+        let block = &self.blocks[index];
+        let len = block.bodyLength() as usize + block.metaDataLength() as usize;
+        let data = self.bytes.slice_with_length(block.offset() as usize, len);
+        decoder
+            .read_record_batch(block, &data)
+            .map_err(arrow)?
+            .ok_or_else(|| {
+                ConnectorError::Schema(format!(
+                    "events_file '{}': batch {index} is missing",
+                    self.path.display()
+                ))
+            })
+    }
+}
