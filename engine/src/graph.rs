@@ -38,6 +38,12 @@ pub trait OperatorFactory: Send + Sync {
     fn committer(&self) -> Option<Arc<dyn Committer>> {
         None
     }
+    /// Whether the operator holds working state within the job's `memory_budget` (windows,
+    /// join sides, groups). The budget is shared by the tasks whose chain has one; an operator
+    /// that keeps nothing between batches (a projection, a sink) says `false`.
+    fn uses_memory_budget(&self) -> bool {
+        true
+    }
 }
 
 /// Builds the reader of one source partition.

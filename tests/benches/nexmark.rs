@@ -22,7 +22,9 @@
 //!   reading not timed) and the
 //!   ratio of weir's events/s to DataFusion's: the windowed queries (q5, q7, q8, q11) by
 //!   window arithmetic, the others by the query's own SQL;
-//! - medians of `WEIR_BENCH_RUNS` runs (default 3). `WEIR_BENCH_QUERIES=q5,q7` picks queries.
+//! - medians of `WEIR_BENCH_RUNS` runs (default 3). `WEIR_BENCH_QUERIES=q5,q7` picks queries;
+//!   `WEIR_BENCH_FILES=dir` writes the events files there and keeps them (for a profiler:
+//!   `WEIR_BENCH_CHILD=q7,exactly_once,EVENTS,2,dir` runs one query from them).
 //!
 //! A run of every query writes its table to `docs/nexmark-bench.md` (or to
 //! `WEIR_BENCH_TABLE`, which also makes a run of some queries write it).
@@ -293,8 +295,11 @@ fn main() {
         "(per core = events per CPU-second of the whole process; cores = CPU time / wall time)"
     );
     let files = tempfile::tempdir().unwrap();
+    let files_dir = std::env::var("WEIR_BENCH_FILES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| files.path().to_path_buf());
     let started = Instant::now();
-    weir_tests::nexmark::write_files(files.path(), events as u64).expect("events files");
+    weir_tests::nexmark::write_files(&files_dir, events as u64).expect("events files");
     let secs = started.elapsed().as_secs_f64();
     println!(
         "Wrote the events files in {secs:.2} s ({:.0} events/s, the generator alone, one thread, \
@@ -313,7 +318,7 @@ fn main() {
     // batches, dealt differently): the faster of the two counts.
     let contexts: Vec<SessionContext> = [1, parallelism]
         .into_iter()
-        .map(|p| weir_tests::nexmark::context_of_files(files.path(), p).expect("reference tables"))
+        .map(|p| weir_tests::nexmark::context_of_files(&files_dir, p).expect("reference tables"))
         .collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(parallelism)
@@ -368,7 +373,7 @@ fn main() {
                 let from = if source == "gen" {
                     "gen".to_string()
                 } else {
-                    files.path().display().to_string()
+                    files_dir.display().to_string()
                 };
                 let figures: Vec<Figures> = (0..runs)
                     .map(|_| measure(q, delivery, events, parallelism, &from))

@@ -354,6 +354,10 @@ pub fn murmur2(data: &[u8]) -> i32 {
 }
 
 impl OperatorFactory for KafkaSinkFactory {
+    fn uses_memory_budget(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         format!(
             "KafkaSink: topic {} at {} ({}, {}) as {}",

@@ -25,6 +25,10 @@ impl BlackholeSinkFactory {
 }
 
 impl OperatorFactory for BlackholeSinkFactory {
+    fn uses_memory_budget(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         "BlackholeSink: rows counted and discarded".into()
     }

@@ -34,6 +34,10 @@ impl ChannelSink {
 }
 
 impl OperatorFactory for ChannelSink {
+    fn uses_memory_budget(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         "ResultSink: to client".into()
     }

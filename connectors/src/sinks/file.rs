@@ -164,6 +164,10 @@ impl FileSinkFactory {
 }
 
 impl OperatorFactory for FileSinkFactory {
+    fn uses_memory_budget(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         format!(
             "FileSink: {} ({}, {}) as {}",

@@ -174,6 +174,10 @@ pub struct LateRowsWriterFactory {
 }
 
 impl OperatorFactory for LateRowsWriterFactory {
+    fn uses_memory_budget(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         format!(
             "LateRows: into {} ({})",

@@ -96,6 +96,10 @@ impl Operator for CalcOperator {
 }
 
 impl OperatorFactory for CalcOperator {
+    fn uses_memory_budget(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         self.description.clone()
     }

@@ -33,6 +33,10 @@ pub struct WindowAssignSpec {
 }
 
 impl OperatorFactory for WindowAssignSpec {
+    fn uses_memory_budget(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         self.description.clone()
     }

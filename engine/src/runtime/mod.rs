@@ -275,7 +275,8 @@ impl Restore {
                 return Ok(TaskState::durable(working.to_path_buf(), None, budget));
             };
             link_copy(&self.dir.checkpoints().join(dir), working)?;
-            let store: Arc<dyn StateBackend> = Arc::new(RocksDbStateBackend::open(working)?);
+            let store: Arc<dyn StateBackend> =
+                Arc::new(RocksDbStateBackend::open_working(working)?);
             let restore = RestoreSet {
                 stores: vec![Arc::clone(&store)],
                 repartition: None,

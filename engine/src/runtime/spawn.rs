@@ -302,7 +302,7 @@ struct Launch<'a> {
     /// The barrier channel of each source task (durable jobs).
     barriers: Vec<(TaskId, Sender<Barrier>)>,
     threads: Vec<JoinHandle<()>>,
-    /// The memory budget of each task: the job's, shared evenly.
+    /// The memory budget of each task that holds state: the job's, shared evenly.
     task_budget: usize,
 }
 
@@ -311,7 +311,14 @@ fn task_budget(budget: usize, graph: &JobGraph) -> usize {
     if budget == usize::MAX {
         return budget;
     }
-    let tasks: usize = graph.stages.iter().map(|s| s.parallelism.max(1)).sum();
+    // Shared by the tasks that hold working state; a source, a projection or a sink keeps
+    // nothing between batches.
+    let tasks: usize = graph
+        .stages
+        .iter()
+        .filter(|s| s.chain.iter().any(|op| op.uses_memory_budget()))
+        .map(|s| s.parallelism.max(1))
+        .sum();
     (budget / tasks.max(1)).max(1)
 }
 

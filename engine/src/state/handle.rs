@@ -104,7 +104,7 @@ impl TaskState {
             std::fs::create_dir_all(parent)
                 .map_err(|e| EngineError::io(format!("cannot create '{}'", parent.display()), e))?;
         }
-        let store: Arc<dyn StateBackend> = Arc::new(RocksDbStateBackend::open(&dir)?);
+        let store: Arc<dyn StateBackend> = Arc::new(RocksDbStateBackend::open_working(&dir)?);
         *slot = Some((
             Arc::clone(&store),
             if temporary { dir } else { PathBuf::new() },

@@ -335,6 +335,10 @@ fn relation_schema(schema: SchemaRef) -> SchemaRef {
 }
 
 impl OperatorFactory for PostgresSinkFactory {
+    fn uses_memory_budget(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         format!(
             "PostgresSink: table {} at {} ({}{}) as {}",

@@ -6,6 +6,12 @@
 //! keeping memory within the budget by spilling the windows that fire last, firing in order of
 //! end, and writing everything held to the store at a barrier. What a window holds and how it
 //! turns into parts and back is the operator's: a [`WindowContents`].
+//!
+//! Rows buffered as they arrived ([`BufferedRows`]) are written through at a barrier: the rows
+//! added since the last barrier go to the store and stay in memory too (the window is
+//! "mirrored"), so a window that fires reads memory and only drops its stored copy, instead of
+//! reading every row back. Contents that change in place (an aggregate's accumulators) move
+//! to the store at a barrier, as do rows of a window that was spilled before.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,6 +30,13 @@ use crate::state::StateHandle;
 pub trait WindowContents {
     /// Bytes held in memory.
     fn bytes(&self) -> usize;
+
+    /// For contents that only grow: what was added since the last call, as one part (`None`
+    /// inside when nothing was), the contents kept as they are. `None`: these contents move to
+    /// the store at a barrier instead.
+    fn unsaved_part(&mut self, _schema: &SchemaRef) -> Option<Result<Option<RecordBatch>>> {
+        None
+    }
 }
 
 /// Rows held for a window as they arrived (a join's side, the emit-order step).
@@ -31,6 +44,8 @@ pub trait WindowContents {
 pub struct BufferedRows {
     batches: Vec<RecordBatch>,
     bytes: usize,
+    /// How many of `batches` are in the store already (written through at barriers).
+    saved: usize,
 }
 
 impl BufferedRows {
@@ -66,11 +81,26 @@ impl WindowContents for BufferedRows {
     fn bytes(&self) -> usize {
         self.bytes
     }
+
+    fn unsaved_part(&mut self, schema: &SchemaRef) -> Option<Result<Option<RecordBatch>>> {
+        let unsaved = &self.batches[self.saved..];
+        self.saved = self.batches.len();
+        Some(match unsaved.len() {
+            0 => Ok(None),
+            1 => Ok(unsaved.first().cloned()),
+            _ => concat_batches(schema, unsaved)
+                .map(Some)
+                .map_err(Into::into),
+        })
+    }
 }
 
 /// The windows of one input of an operator (a join has two, kept apart).
 struct Lane<T> {
     memory: BTreeMap<EventTime, T>,
+    /// Windows whose stored parts are all copies of rows memory still holds (written through
+    /// at barriers): memory alone is the window.
+    mirrored: BTreeSet<EventTime>,
     store: WindowStore,
     /// The layout of this lane's stored parts.
     part_schema: SchemaRef,
@@ -114,6 +144,7 @@ impl<T: WindowContents> OpenWindows<T> {
             .map(|l| {
                 Ok(Lane {
                     memory: BTreeMap::new(),
+                    mirrored: BTreeSet::new(),
                     store: WindowStore::open(l.handle, l.route, restored_epoch)?,
                     part_schema: l.part_schema,
                 })
@@ -217,6 +248,8 @@ impl<T: WindowContents> OpenWindows<T> {
             let moved = lane.memory.split_off(&from);
             let mut parts = Vec::with_capacity(moved.len());
             for (end, window) in moved {
+                // Its stored copy goes; the whole window is written as one part.
+                lane.unmirror(end)?;
                 self.held = self.held.saturating_sub(window.bytes());
                 if let Some(part) = to_part(i, window)? {
                     parts.push((end, part));
@@ -290,6 +323,7 @@ impl<T: WindowContents> OpenWindows<T> {
     pub fn take(&mut self, lane: usize, end: EventTime) -> Result<Taken<T>> {
         self.declared.remove(&end);
         let lane = &mut self.lanes[lane];
+        lane.unmirror(end)?;
         let memory = lane.memory.remove(&end);
         if let Some(w) = &memory {
             self.held = self.held.saturating_sub(w.bytes());
@@ -311,6 +345,9 @@ impl<T: WindowContents> OpenWindows<T> {
     pub fn window_bytes(&mut self, lane: usize, end: EventTime) -> Result<u64> {
         let lane = &mut self.lanes[lane];
         let memory = lane.memory.get(&end).map_or(0, |w| w.bytes() as u64);
+        if lane.mirrored.contains(&end) {
+            return Ok(memory);
+        }
         Ok(memory + lane.store.stored_bytes(end)?)
     }
 
@@ -326,6 +363,7 @@ impl<T: WindowContents> OpenWindows<T> {
         assign: &mut dyn FnMut(&RecordBatch) -> Result<Vec<usize>>,
     ) -> Result<()> {
         let lane = &mut self.lanes[lane];
+        lane.unmirror(end)?;
         let memory = match lane.memory.remove(&end) {
             Some(w) => {
                 self.held = self.held.saturating_sub(w.bytes());
@@ -348,6 +386,9 @@ impl<T: WindowContents> OpenWindows<T> {
         let lane = &self.lanes[lane];
         if let Some(part) = lane.memory.get(&end).map(as_part).transpose()?.flatten() {
             visit(part)?;
+        }
+        if lane.mirrored.contains(&end) {
+            return Ok(());
         }
         lane.store.for_each_part(end, &lane.part_schema, visit)
     }
@@ -374,12 +415,173 @@ impl<T: WindowContents> OpenWindows<T> {
     pub fn snapshot(
         &mut self,
         epoch: u64,
-        to_part: impl FnMut(usize, T) -> Result<Option<RecordBatch>>,
+        mut to_part: impl FnMut(usize, T) -> Result<Option<RecordBatch>>,
     ) -> Result<()> {
-        self.spill_from(EventTime::MIN, to_part)?;
-        for lane in &mut self.lanes {
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            let mut parts = Vec::new();
+            let mut moved = Vec::new();
+            for (end, window) in lane.memory.iter_mut() {
+                // A window spilled before has rows only the store holds: it moves on.
+                let spilled = lane.store.has(*end) && !lane.mirrored.contains(end);
+                match (!spilled)
+                    .then(|| window.unsaved_part(&lane.part_schema))
+                    .flatten()
+                {
+                    Some(part) => {
+                        if let Some(part) = part? {
+                            parts.push((*end, part));
+                        }
+                        lane.mirrored.insert(*end);
+                    }
+                    None => moved.push(*end),
+                }
+            }
+            for end in moved {
+                if let Some(window) = lane.memory.remove(&end) {
+                    self.held = self.held.saturating_sub(window.bytes());
+                    if let Some(part) = to_part(i, window)? {
+                        parts.push((end, part));
+                    }
+                }
+            }
+            lane.store.write_parts(parts)?;
             lane.store.next_epoch(epoch);
         }
         Ok(())
+    }
+}
+
+impl<T> Lane<T> {
+    /// Drops the stored copy of a mirrored window (memory holds all of it).
+    fn unmirror(&mut self, end: EventTime) -> Result<()> {
+        if self.mirrored.remove(&end) {
+            self.store.drop_window(end)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array};
+    use datafusion::arrow::datatypes::Int64Type;
+
+    use super::*;
+
+    fn rows(values: &[i64]) -> RecordBatch {
+        RecordBatch::try_from_iter([("v", Arc::new(Int64Array::from(values.to_vec())) as ArrayRef)])
+            .unwrap()
+    }
+
+    fn windows(handle: &StateHandle, budget: usize, epoch: u64) -> OpenWindows<BufferedRows> {
+        let lane = LaneState {
+            handle: handle.clone(),
+            route: PartRoute::Single,
+            part_schema: rows(&[]).schema(),
+        };
+        OpenWindows::open(vec![lane], budget, epoch).unwrap()
+    }
+
+    fn add(w: &mut OpenWindows<BufferedRows>, values: &[i64]) {
+        w.update(
+            0,
+            10,
+            || Ok(BufferedRows::default()),
+            |b| {
+                b.push(rows(values));
+                Ok(())
+            },
+        )
+        .unwrap();
+    }
+
+    /// Every row of the window ending at 10, taken out, sorted.
+    fn take(w: &mut OpenWindows<BufferedRows>) -> Vec<i64> {
+        let taken = w.take(0, 10).unwrap();
+        let mut batches = taken.parts;
+        batches.extend(
+            taken
+                .memory
+                .map(BufferedRows::into_batches)
+                .unwrap_or_default(),
+        );
+        let mut out: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn stored_entries(handle: &StateHandle) -> usize {
+        let (lo, hi) = handle.all();
+        handle.store().unwrap().scan(&lo, &hi).unwrap().len()
+    }
+
+    fn to_part(_: usize, rows: BufferedRows) -> Result<Option<RecordBatch>> {
+        rows.into_part(&super::tests::rows(&[]).schema())
+    }
+
+    #[test]
+    fn rows_written_through_at_barriers_fire_once_from_memory_and_restore_from_the_store() {
+        use crate::state::{MemoryStateBackend, RestoreSet, TaskState};
+        let store = Arc::new(MemoryStateBackend::default());
+        let task = |store: Arc<MemoryStateBackend>, restore: bool| {
+            let restore = restore.then(|| RestoreSet {
+                stores: vec![store.clone() as Arc<dyn crate::state::StateBackend>],
+                repartition: None,
+            });
+            StateHandle::new(Arc::new(TaskState::with_store(store, restore)), 0)
+        };
+        let handle = task(Arc::clone(&store), false);
+        let mut w = windows(&handle, usize::MAX, 0);
+        add(&mut w, &[1, 2]);
+        w.snapshot(1, to_part).unwrap();
+        add(&mut w, &[3]);
+        w.snapshot(2, to_part).unwrap();
+        // Each barrier wrote only what was new; memory kept everything.
+        assert_eq!(stored_entries(&handle), 2);
+        assert_eq!(w.held, w.lanes[0].memory[&10].bytes());
+        assert!(w.held > 0);
+        let checkpoint = Arc::new(store.copy().unwrap());
+        add(&mut w, &[4]);
+        // A restore from the checkpoint of epoch 2 finds the rows up to its barrier.
+        let mut restored = windows(&task(checkpoint, true), usize::MAX, 2);
+        assert_eq!(take(&mut restored), vec![1, 2, 3]);
+        // Firing reads memory, every row once, and drops the stored copy.
+        assert!(w.window_bytes(0, 10).unwrap() > 0);
+        assert_eq!(take(&mut w), vec![1, 2, 3, 4]);
+        assert_eq!(stored_entries(&handle), 0);
+    }
+
+    #[test]
+    fn a_written_through_window_that_spills_is_stored_once() {
+        let handle = StateHandle::in_memory();
+        // A budget so small that any window spills.
+        let mut w = windows(&handle, 2, 0);
+        add(&mut w, &[1, 2]);
+        w.snapshot(1, to_part).unwrap();
+        add(&mut w, &[3]);
+        w.enforce_budget(to_part).unwrap();
+        // The stored copy went; the whole window is one part now.
+        assert_eq!(stored_entries(&handle), 1);
+        add(&mut w, &[4]);
+        w.snapshot(2, to_part).unwrap();
+        assert_eq!(stored_entries(&handle), 2);
+        let mut seen = 0;
+        w.for_each_part(
+            0,
+            10,
+            |_| Ok(None),
+            |p| {
+                seen += p.column(0).len();
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, 4);
+        assert_eq!(take(&mut w), vec![1, 2, 3, 4]);
     }
 }
