@@ -277,59 +277,50 @@ impl ArrowGenerator {
         n: usize,
         limit: Option<u64>,
     ) -> (Vec<ArrayRef>, usize) {
-        let mut taken = 0;
         let mut scratch = Vec::with_capacity(128);
-        let columns = match self.stream {
+        // The events' numbers (over all streams), each written by `write`.
+        let mut fill = |c: &mut Columns, write: fn(&Self, usize, &mut Columns, &mut Vec<u8>)| {
+            let mut taken = 0;
+            while taken < n {
+                let number = self.config.event_number(self.stream, *offset);
+                if limit.is_some_and(|l| number as u64 >= l) {
+                    break;
+                }
+                write(self, number, c, &mut scratch);
+                *offset += step;
+                taken += 1;
+            }
+            taken
+        };
+        match self.stream {
             Stream::Bid => {
                 let mut c = Columns::new(n, 3, 3, 1);
-                while taken < n {
-                    let number = self.config.event_number(self.stream, *offset);
-                    if limit.is_some_and(|l| number as u64 >= l) {
-                        break;
-                    }
-                    self.bid(number, &mut c, &mut scratch);
-                    *offset += step;
-                    taken += 1;
-                }
+                let taken = fill(&mut c, Self::bid);
                 let (i, s, t) = (finish(c.ints), finish(c.strings), finish(c.times));
                 // auction, bidder, price, channel, url, date_time, extra
-                owned(&[&i[0], &i[1], &i[2], &s[0], &s[1], &t[0], &s[2]])
+                let columns = owned(&[&i[0], &i[1], &i[2], &s[0], &s[1], &t[0], &s[2]]);
+                (columns, taken)
             }
             Stream::Auction => {
                 let mut c = Columns::new(n, 5, 3, 2);
-                while taken < n {
-                    let number = self.config.event_number(self.stream, *offset);
-                    if limit.is_some_and(|l| number as u64 >= l) {
-                        break;
-                    }
-                    self.auction(number, &mut c, &mut scratch);
-                    *offset += step;
-                    taken += 1;
-                }
+                let taken = fill(&mut c, Self::auction);
                 let (i, s, t) = (finish(c.ints), finish(c.strings), finish(c.times));
                 // id, item_name, description, initial_bid, reserve, date_time, expires,
                 // seller, category, extra
-                owned(&[
+                let columns = owned(&[
                     &i[0], &s[0], &s[1], &i[1], &i[2], &t[0], &t[1], &i[3], &i[4], &s[2],
-                ])
+                ]);
+                (columns, taken)
             }
             Stream::Person => {
                 let mut c = Columns::new(n, 1, 6, 1);
-                while taken < n {
-                    let number = self.config.event_number(self.stream, *offset);
-                    if limit.is_some_and(|l| number as u64 >= l) {
-                        break;
-                    }
-                    self.person(number, &mut c, &mut scratch);
-                    *offset += step;
-                    taken += 1;
-                }
+                let taken = fill(&mut c, Self::person);
                 let (i, s, t) = (finish(c.ints), finish(c.strings), finish(c.times));
                 // id, name, email_address, credit_card, city, state, date_time, extra
-                owned(&[&i[0], &s[0], &s[1], &s[2], &s[3], &s[4], &t[0], &s[5]])
+                let columns = owned(&[&i[0], &s[0], &s[1], &s[2], &s[3], &s[4], &t[0], &s[5]]);
+                (columns, taken)
             }
-        };
-        (columns, taken)
+        }
     }
 
     /// Whether the `k`-th draw of the event (in draw order) is made at all.
