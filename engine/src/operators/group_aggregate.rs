@@ -10,11 +10,14 @@
 //!   change emits nothing.
 //! - aggregates: COUNT(*), COUNT(x), SUM, AVG, MIN, MAX, COUNT(DISTINCT x), each with an
 //!   optional FILTER. MIN, MAX and COUNT(DISTINCT) keep the multiset of their values in the
-//!   store, so retracting the current extreme finds the next one (see [`state`]).
-//! - state: every group's state lives in the task's store ([`state`] has the layout) and is
-//!   written there after each batch; memory holds only the batch's groups. At a barrier there
-//!   is nothing left to write: the runtime checkpoints the store. Restored in place, or, at
-//!   another parallelism, by copying the groups that route to this instance.
+//!   store, so retracting the current extreme finds the next one (see [`state`]); over an
+//!   append-only input (nothing is retracted) MIN and MAX keep only their extreme, in the
+//!   group's state (Flink's `MaxAggFunction` vs `MaxWithRetractAggFunction`).
+//! - state: every group's state lives in the task's store ([`state`] has the layout). The
+//!   groups worked on lately stay in memory ([`cache`]): read once, changed in memory, written
+//!   back at each barrier (before the runtime checkpoints the store) or when the cache
+//!   outgrows the task's share of `memory_budget`. Restored in place, or, at another
+//!   parallelism, by copying the groups that route to this instance.
 //! - with `state_ttl`, a group not touched for that long (processing time) is dropped, without
 //!   a retraction ([`crate::state::ttl`]).
 //! - early-fire windows (`window_emit = 'on_update'`): with `window`, the group keys include
@@ -22,6 +25,7 @@
 //!   when the watermark passes the window's end (its last change was the final row).
 //! - watermarks pass through; at end of input nothing is left to emit.
 
+mod cache;
 mod state;
 
 use std::collections::HashMap;
@@ -52,6 +56,7 @@ use crate::state::ttl::now_ms;
 use crate::state::{
     count_of, just_after, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch,
 };
+use cache::GroupCache;
 use state::{restore_repartitioned, AggState, GroupState, Keys};
 
 /// Keys a batch expires at most (the rest wait for the next batches).
@@ -195,6 +200,7 @@ impl OperatorFactory for GroupAggregateSpec {
         }
         let output_schema = changelog::with_op_field(&self.output_schema);
         Ok(Box::new(GroupAggregateOperator {
+            cache: GroupCache::new(self.aggregates.len(), task.state.memory_budget()),
             watermark: WATERMARK_MIN,
             metrics: Arc::clone(&task.metrics),
             expiry: self.state_ttl.map(|ttl| KeyExpiry::new(&task.state, ttl)),
@@ -213,6 +219,8 @@ pub struct GroupAggregateOperator {
     handle: StateHandle,
     /// Encodes group keys; `None` without keys (one group, the empty row).
     keys: Option<RowConverter>,
+    /// The groups worked on lately.
+    cache: GroupCache,
     /// Per aggregate keeping a multiset: encodes its values (descending for MAX).
     values: Vec<Option<RowConverter>>,
     output_schema: SchemaRef,
@@ -241,7 +249,7 @@ struct Touched {
 
 impl GroupAggregateOperator {
     /// Groups the batch's rows and reads their states.
-    fn touch(&self, rel: &RecordBatch, store: &dyn StateBackend) -> Result<Touched> {
+    fn touch(&mut self, rel: &RecordBatch, store: &dyn StateBackend) -> Result<Touched> {
         let n = rel.num_rows();
         let mut groups: Vec<Vec<u8>> = Vec::new();
         let mut row_group = Vec::with_capacity(n);
@@ -275,18 +283,13 @@ impl GroupAggregateOperator {
         let aggs = self.spec.aggregates.len();
         let before = groups
             .iter()
-            .map(|g| {
-                store
-                    .get(&keys.group(g))?
-                    .map(|b| GroupState::decode(&b, aggs))
-                    .transpose()
-            })
+            .map(|g| self.cache.state(store, g, || keys.group(g)))
             .collect::<Result<Vec<_>>>()?;
-        let after = before
+        let after: Vec<GroupState> = before
             .iter()
             .map(|s| s.clone().unwrap_or_else(|| GroupState::new(aggs)))
             .collect();
-        let extreme_before = self.extremes(&groups, store)?;
+        let extreme_before = self.extremes(&groups, &after, store)?;
         let window_end = self.window_ends(rel)?.map(|ends| {
             let mut per_group = vec![WATERMARK_MIN; groups.len()];
             for (row, &g) in row_group.iter().enumerate() {
@@ -305,10 +308,21 @@ impl GroupAggregateOperator {
         })
     }
 
-    /// The current MIN / MAX value row of each group's multiset aggregates.
+    /// Whether aggregate `agg` is a MIN / MAX keeping only its extreme (append-only input).
+    fn keeps_extreme(&self, agg: usize) -> bool {
+        !self.spec.input_updating
+            && matches!(
+                self.spec.aggregates[agg].kind,
+                UpdatingAggKind::Min | UpdatingAggKind::Max
+            )
+    }
+
+    /// The current MIN / MAX value row of each group's aggregates: from the multiset's first
+    /// entry, or from the group's `states` for the aggregates keeping only their extreme.
     fn extremes(
         &self,
         groups: &[Vec<u8>],
+        states: &[GroupState],
         store: &dyn StateBackend,
     ) -> Result<Vec<Vec<Option<Vec<u8>>>>> {
         let keys = Keys {
@@ -316,7 +330,8 @@ impl GroupAggregateOperator {
         };
         groups
             .iter()
-            .map(|g| {
+            .zip(states)
+            .map(|(g, state)| {
                 self.spec
                     .aggregates
                     .iter()
@@ -324,6 +339,9 @@ impl GroupAggregateOperator {
                     .map(|(i, a)| {
                         if !matches!(a.kind, UpdatingAggKind::Min | UpdatingAggKind::Max) {
                             return Ok(None);
+                        }
+                        if self.keeps_extreme(i) {
+                            return Ok(state.extremes[i].clone());
                         }
                         let start = keys.multiset(g, i);
                         let end = prefix_end(&start);
@@ -338,7 +356,7 @@ impl GroupAggregateOperator {
 
     /// Applies the batch to the groups' states; multiset changes go to `batch`.
     fn accumulate(
-        &self,
+        &mut self,
         rel: &RecordBatch,
         signs: &[i64],
         t: &mut Touched,
@@ -366,8 +384,20 @@ impl GroupAggregateOperator {
                 }
                 continue;
             };
-            // A multiset: net change per (group, value), then one read and write each.
             let rows = converter.convert_columns(&[arg])?;
+            if self.keeps_extreme(i) {
+                // Append-only: the smallest value row so far (MAX's rows sort descending).
+                for row in (0..n).filter(|&r| taken[r]) {
+                    let state = &mut t.after[t.row_group[row]];
+                    state.aggs[i].n += signs[row];
+                    let value = rows.row(row).data();
+                    if state.extremes[i].as_deref().is_none_or(|e| value < e) {
+                        state.extremes[i] = Some(value.to_vec());
+                    }
+                }
+                continue;
+            }
+            // A multiset: net change per (group, value), then one read and write each.
             let mut deltas: HashMap<Vec<u8>, (usize, i64)> = HashMap::new();
             for row in (0..n).filter(|&r| taken[r]) {
                 let g = t.row_group[row];
@@ -382,11 +412,16 @@ impl GroupAggregateOperator {
                 if delta == 0 {
                     continue;
                 }
+                if agg.kind == UpdatingAggKind::CountDistinct {
+                    // Cached with the group: no extreme is ever read from this multiset.
+                    let had = self.cache.distinct_count(store, &t.groups[g], &key)?;
+                    let has = had + delta;
+                    t.after[g].aggs[i].n += i64::from(has > 0) - i64::from(had > 0);
+                    self.cache.set_distinct(&t.groups[g], key, has);
+                    continue;
+                }
                 let had = store.get(&key)?.map_or(0, |b| count_of(&b));
                 let has = had + delta;
-                if agg.kind == UpdatingAggKind::CountDistinct {
-                    t.after[g].aggs[i].n += i64::from(has > 0) - i64::from(had > 0);
-                }
                 if has > 0 {
                     batch.puts.push((key, has.to_le_bytes().to_vec()));
                 } else {
@@ -401,7 +436,7 @@ impl GroupAggregateOperator {
 
     /// Early-fire windows: drops the state of every group whose window ended at or before
     /// `watermark` (its last change was emitted with the batch that made it).
-    fn close_windows(&self, watermark: EventTime) -> Result<()> {
+    fn close_windows(&mut self, watermark: EventTime) -> Result<()> {
         let store = self.handle.store()?;
         let keys = Keys {
             handle: &self.handle,
@@ -416,6 +451,7 @@ impl GroupAggregateOperator {
             let mut writes = WriteBatch::default();
             for (k, _) in chunk {
                 let group = state::group_of(&k[skip..])?.to_vec();
+                self.cache.forget(&group);
                 let g = keys.group(&group);
                 let g_end = just_after(&g);
                 writes.delete_ranges.push((g, g_end));
@@ -468,7 +504,7 @@ impl GroupAggregateOperator {
 
     /// With `state_ttl`: drops the state of groups not touched for that long (nothing is
     /// emitted: a group that comes back starts afresh).
-    fn expire(&self, store: &dyn StateBackend, now: u64) -> Result<()> {
+    fn expire(&mut self, store: &dyn StateBackend, now: u64) -> Result<()> {
         let Some(expiry) = &self.expiry else {
             return Ok(());
         };
@@ -477,6 +513,7 @@ impl GroupAggregateOperator {
             handle: &self.handle,
         };
         for group in expiry.expired(store, now, EXPIRE_PER_BATCH, &mut writes)? {
+            self.cache.forget(&group);
             let k = keys.group(&group);
             let end = just_after(&k);
             writes.delete_ranges.push((k, end));
@@ -695,6 +732,11 @@ impl Operator for GroupAggregateOperator {
         Ok(watermark)
     }
 
+    fn snapshot(&mut self, _epoch: u64) -> Result<Option<Vec<u8>>> {
+        self.cache.flush(self.handle.store()?.as_ref())?;
+        Ok(None)
+    }
+
     fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Output) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
@@ -711,7 +753,7 @@ impl Operator for GroupAggregateOperator {
         let mut writes = WriteBatch::default();
         self.accumulate(&rel, &signs, &mut t, store.as_ref(), &mut writes)?;
         store.write(std::mem::take(&mut writes))?;
-        t.extreme_after = self.extremes(&t.groups, store.as_ref())?;
+        t.extreme_after = self.extremes(&t.groups, &t.after, store.as_ref())?;
 
         // What each group emits: (group, before?) in order, with its change kind.
         let keys = Keys {
@@ -727,15 +769,14 @@ impl Operator for GroupAggregateOperator {
             // always has its one row).
             let exists = t.after[g].rows > 0 || (self.keys.is_none() && existed);
             if exists {
-                writes
-                    .puts
-                    .push((keys.group(&t.groups[g]), t.after[g].encode()));
+                self.cache.set_state(&t.groups[g], t.after[g].clone());
             } else if existed || t.after[g].rows != 0 {
                 let k = keys.group(&t.groups[g]);
                 let end = just_after(&k);
                 writes.delete_ranges.push((k, end));
                 let (lo, hi) = keys.group_multisets(&t.groups[g]);
                 writes.delete_ranges.push((lo, hi));
+                self.cache.deleted(&t.groups[g]);
             }
             if let (Some(ends), false, true) = (&t.window_end, existed, exists) {
                 writes
@@ -773,6 +814,7 @@ impl Operator for GroupAggregateOperator {
             )?;
         }
         store.write(writes)?;
+        self.cache.trim(store.as_ref())?;
         if order.is_empty() {
             return Ok(());
         }

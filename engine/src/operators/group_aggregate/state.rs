@@ -51,6 +51,9 @@ pub(super) struct GroupState {
     /// Rows of the group, net of retractions.
     pub rows: i64,
     pub aggs: Vec<AggState>,
+    /// Per aggregate: MIN / MAX over an append-only input keep only their current extreme
+    /// (its value row) here, no multiset; `None` for the other aggregates.
+    pub extremes: Vec<Option<Vec<u8>>>,
 }
 
 impl GroupState {
@@ -58,25 +61,42 @@ impl GroupState {
         Self {
             rows: 0,
             aggs: vec![AggState::default(); aggregates],
+            extremes: vec![None; aggregates],
         }
     }
 
+    /// `rows`, then `n` and `v` per aggregate, then per kept extreme: its aggregate (u8),
+    /// its length (u32) and its value row.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(8 + 24 * self.aggs.len());
+        let extremes: usize = self.extremes.iter().flatten().map(|e| 5 + e.len()).sum();
+        let mut out = Vec::with_capacity(8 + 24 * self.aggs.len() + extremes);
         out.extend_from_slice(&self.rows.to_le_bytes());
         for a in &self.aggs {
             out.extend_from_slice(&a.n.to_le_bytes());
             out.extend_from_slice(&a.v.to_le_bytes());
         }
+        for (i, e) in self.extremes.iter().enumerate() {
+            if let Some(e) = e {
+                out.push(i as u8);
+                out.extend_from_slice(&(e.len() as u32).to_le_bytes());
+                out.extend_from_slice(e);
+            }
+        }
         out
     }
 
+    /// Bytes the state takes in memory, roughly.
+    pub fn size(&self) -> usize {
+        let extremes: usize = self.extremes.iter().flatten().map(|e| 24 + e.len()).sum();
+        56 + 32 * self.aggs.len() + 24 * self.extremes.len() + extremes
+    }
+
     pub fn decode(bytes: &[u8], aggregates: usize) -> Result<Self> {
-        if bytes.len() != 8 + 24 * aggregates {
+        let fixed = 8 + 24 * aggregates;
+        if bytes.len() < fixed {
             return Err(EngineError::State(format!(
-                "group state of {} bytes, expected {} for {aggregates} aggregates",
+                "group state of {} bytes, expected at least {fixed} for {aggregates} aggregates",
                 bytes.len(),
-                8 + 24 * aggregates
             )));
         }
         let i64_at = |at: usize| {
@@ -95,9 +115,23 @@ impl GroupState {
                 }
             })
             .collect();
+        let mut extremes = vec![None; aggregates];
+        let mut tail = &bytes[fixed..];
+        while let Some((&agg, rest)) = tail.split_first() {
+            let malformed = || EngineError::State("group state's extremes are malformed".into());
+            let len: [u8; 4] = rest
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(malformed)?;
+            let len = u32::from_le_bytes(len) as usize;
+            let value = rest.get(4..4 + len).ok_or_else(malformed)?;
+            *extremes.get_mut(agg as usize).ok_or_else(malformed)? = Some(value.to_vec());
+            tail = &rest[4 + len..];
+        }
         Ok(Self {
             rows: i64_at(0),
             aggs,
+            extremes,
         })
     }
 }
@@ -209,6 +243,13 @@ mod tests {
         assert_eq!(back, s);
         assert_eq!(back.aggs[1].float(), 2.5);
         assert!(GroupState::decode(&s.encode(), 3).is_err());
+        // Kept extremes ride after the sums.
+        s.extremes[1] = Some(b"\x01max".to_vec());
+        let back = GroupState::decode(&s.encode(), 2).unwrap();
+        assert_eq!(back, s);
+        let mut cut = s.encode();
+        cut.pop();
+        assert!(GroupState::decode(&cut, 2).is_err());
     }
 
     #[test]

@@ -36,10 +36,16 @@ fn input_schema() -> SchemaRef {
 /// ```
 /// (without `k` in the GROUP BY when `keyed` is false).
 fn aggregate(keyed: bool) -> OperatorUnderTest {
-    aggregate_with_ttl(keyed, None)
+    aggregate_with(keyed, None, true)
 }
 
-fn aggregate_with_ttl(keyed: bool, state_ttl: Option<std::time::Duration>) -> OperatorUnderTest {
+/// `updating`: whether the input is an updating stream (otherwise append-only: MIN and MAX
+/// keep only their extreme).
+fn aggregate_with(
+    keyed: bool,
+    state_ttl: Option<std::time::Duration>,
+    updating: bool,
+) -> OperatorUnderTest {
     let schema = input_schema();
     let v = || col("v", 1);
     let agg = |kind, arg, output| UpdatingAggregate {
@@ -81,7 +87,7 @@ fn aggregate_with_ttl(keyed: bool, state_ttl: Option<std::time::Duration>) -> Op
     let keys = if keyed { vec![col("k", 0)] } else { vec![] };
     let spec = GroupAggregateSpec {
         input_schema: Arc::clone(&schema),
-        input_updating: true,
+        input_updating: updating,
         keys: keys.clone(),
         aggregates,
         output_schema: Arc::new(Schema::new(out)),
@@ -98,6 +104,12 @@ fn aggregate_with_ttl(keyed: bool, state_ttl: Option<std::time::Duration>) -> Op
 }
 
 fn batch(changes: &[(Row, Op)]) -> RecordBatch {
+    batch_of(changes, true)
+}
+
+/// The changes as a batch of an updating input, or of an append-only one (inserts only, no
+/// change kinds).
+fn batch_of(changes: &[(Row, Op)], updating: bool) -> RecordBatch {
     let rel = RecordBatch::try_new(
         input_schema(),
         vec![
@@ -109,6 +121,10 @@ fn batch(changes: &[(Row, Op)]) -> RecordBatch {
         ],
     )
     .unwrap();
+    if !updating {
+        assert!(changes.iter().all(|c| c.1 == Op::Insert));
+        return rel;
+    }
     let mut columns: Vec<ArrayRef> = rel.columns().to_vec();
     columns.push(Arc::new(Int8Array::from_iter_values(
         changes.iter().map(|c| c.1.code()),
@@ -117,8 +133,9 @@ fn batch(changes: &[(Row, Op)]) -> RecordBatch {
 }
 
 /// Batches of random changes: inserts, updates (`-U` old, `+U` new) and deletes of live
-/// rows, over 6 keys; values with NULLs and repeats (for DISTINCT), names for MAX.
-fn changes(seed: u64, steps: usize) -> Vec<Vec<(Row, Op)>> {
+/// rows, over 6 keys; values with NULLs and repeats (for DISTINCT), names for MAX. Only
+/// inserts with `inserts_only`.
+fn changes(seed: u64, steps: usize, inserts_only: bool) -> Vec<Vec<(Row, Op)>> {
     let mut rng = Rng::new(seed);
     let mut live: Vec<Row> = Vec::new();
     let mut out = Vec::new();
@@ -129,7 +146,7 @@ fn changes(seed: u64, steps: usize) -> Vec<Vec<(Row, Op)>> {
                 let v = (rng.below(8) > 0).then(|| rng.below(100) as i64);
                 (rng.below(6) as i64, v, format!("n{}", rng.below(40)))
             };
-            match rng.below(4) {
+            match if inserts_only { 0 } else { rng.below(4) } {
                 2 if !live.is_empty() => {
                     let old = live.swap_remove(rng.below(live.len() as u64) as usize);
                     let new = new_row(&mut rng);
@@ -228,8 +245,39 @@ fn apply(table: &mut BTreeMap<String, Vec<String>>, batches: &[RecordBatch]) {
 /// Runs the changes at `parallelism`, restoring before each step of `restarts` at the
 /// parallelism given, and checks the applied changelog after every step.
 fn check(keyed: bool, seed: u64, parallelism: usize, restarts: &[(usize, usize)]) {
-    let op = aggregate(keyed);
-    let steps = changes(seed, 60);
+    check_with(Setup::default(), keyed, seed, parallelism, restarts);
+}
+
+/// How [`check_with`] runs the operator.
+#[derive(Clone, Copy)]
+struct Setup {
+    /// An updating input (random inserts, updates, deletes) or an append-only one.
+    updating: bool,
+    /// The task's memory budget (the group cache's share).
+    budget: Option<usize>,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self {
+            updating: true,
+            budget: None,
+        }
+    }
+}
+
+fn check_with(
+    setup: Setup,
+    keyed: bool,
+    seed: u64,
+    parallelism: usize,
+    restarts: &[(usize, usize)],
+) {
+    let mut op = aggregate_with(keyed, None, setup.updating);
+    if let Some(budget) = setup.budget {
+        op = op.with_memory_budget(budget);
+    }
+    let steps = changes(seed, 60, !setup.updating);
     let mut h: Harness = op.start(parallelism).unwrap();
     let mut table = BTreeMap::new();
     let mut live: Vec<Row> = Vec::new();
@@ -239,7 +287,7 @@ fn check(keyed: bool, seed: u64, parallelism: usize, restarts: &[(usize, usize)]
             apply(&mut table, &h.take_output());
             h = op.restore(&checkpoint, p).unwrap();
         }
-        h.batch(0, batch(step)).unwrap();
+        h.batch(0, batch_of(step, setup.updating)).unwrap();
         for (row, op) in step {
             if op.is_add() {
                 live.push(row.clone());
@@ -278,9 +326,34 @@ fn restores_at_other_parallelisms_continue_the_same_changelog() {
 }
 
 #[test]
+fn an_append_only_input_keeps_only_the_extremes_and_gives_the_same_results() {
+    let append_only = Setup {
+        updating: false,
+        budget: None,
+    };
+    for seed in [11, 12] {
+        check_with(append_only, true, seed, 1, &[]);
+        check_with(append_only, true, seed, 3, &[(20, 2), (40, 3)]);
+        check_with(append_only, false, seed, 1, &[(30, 1)]);
+    }
+}
+
+#[test]
+fn a_group_cache_emptied_after_every_batch_changes_nothing() {
+    for updating in [true, false] {
+        let tiny = Setup {
+            updating,
+            budget: Some(1),
+        };
+        check_with(tiny, true, 21, 2, &[(20, 3), (40, 1)]);
+        check_with(tiny, false, 22, 1, &[(30, 1)]);
+    }
+}
+
+#[test]
 fn a_group_not_touched_for_the_state_ttl_starts_afresh() {
     let ttl = std::time::Duration::from_millis(300);
-    let op = aggregate_with_ttl(true, Some(ttl));
+    let op = aggregate_with(true, Some(ttl), true);
     let mut h = op.start(1).unwrap();
     let row = |k: i64, v: i64| ((k, Some(v), "n".to_string()), Op::Insert);
     h.batch(0, batch(&[row(1, 5), row(1, 7), row(2, 1)]))

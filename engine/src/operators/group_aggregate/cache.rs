@@ -1,0 +1,227 @@
+//! The groups a [`super::GroupAggregateOperator`] worked on lately, kept in memory between
+//! barriers (RisingWave's managed state cache, Flink's heap state in front of RocksDB).
+//!
+//! A group's state is read from the store once, then changed in memory; changed groups are
+//! written back at the next barrier ([`GroupCache::flush`], before the runtime checkpoints the
+//! store) or when the cache outgrows its share of `memory_budget` ([`GroupCache::trim`]: every
+//! change written, then the cache emptied). COUNT(DISTINCT) multiset entries ride with their
+//! group. Deleting a group is written to the store at once by the operator (a range delete
+//! that also covers the MIN / MAX multisets, which stay in the store because their current
+//! extreme is read with a range scan); [`GroupCache::deleted`] then records that nothing of
+//! the group is left.
+
+use std::collections::HashMap;
+
+use crate::error::Result;
+use crate::state::{count_of, just_after, StateBackend, WriteBatch};
+
+use super::state::GroupState;
+
+/// Bytes a cached entry costs besides its key and value (map slot, allocations), roughly.
+const ENTRY_OVERHEAD: usize = 64;
+
+/// One cached group.
+#[derive(Default)]
+struct Slot {
+    /// The stored group key.
+    key: Vec<u8>,
+    /// `None`: the group has no state.
+    state: Option<GroupState>,
+    dirty: bool,
+    /// COUNT(DISTINCT) multiset entries read or changed: store key -> (count, dirty).
+    distinct: HashMap<Vec<u8>, (i64, bool)>,
+}
+
+/// Cached groups by group row (see the module doc).
+pub(super) struct GroupCache {
+    groups: HashMap<Vec<u8>, Slot>,
+    aggregates: usize,
+    bytes: usize,
+    budget: usize,
+}
+
+impl GroupCache {
+    /// A cache for groups of `aggregates` aggregates, emptied past `budget` bytes.
+    pub fn new(aggregates: usize, budget: usize) -> Self {
+        Self {
+            groups: HashMap::new(),
+            aggregates,
+            bytes: 0,
+            budget,
+        }
+    }
+
+    /// The state of `group` (stored under `key`), from memory or read from the store.
+    pub fn state(
+        &mut self,
+        store: &dyn StateBackend,
+        group: &[u8],
+        key: impl FnOnce() -> Vec<u8>,
+    ) -> Result<Option<GroupState>> {
+        if let Some(slot) = self.groups.get(group) {
+            return Ok(slot.state.clone());
+        }
+        let key = key();
+        let state = store
+            .get(&key)?
+            .map(|b| GroupState::decode(&b, self.aggregates))
+            .transpose()?;
+        self.bytes += ENTRY_OVERHEAD + 2 * group.len() + state.as_ref().map_or(0, |s| s.size());
+        self.groups.insert(
+            group.to_vec(),
+            Slot {
+                key,
+                state: state.clone(),
+                ..Slot::default()
+            },
+        );
+        Ok(state)
+    }
+
+    /// The group's new state, written back later. The group was read first.
+    pub fn set_state(&mut self, group: &[u8], state: GroupState) {
+        if let Some(slot) = self.groups.get_mut(group) {
+            slot.state = Some(state);
+            slot.dirty = true;
+        }
+    }
+
+    /// The operator deleted everything stored of `group`.
+    pub fn deleted(&mut self, group: &[u8]) {
+        if let Some(slot) = self.groups.get_mut(group) {
+            slot.state = None;
+            slot.dirty = false;
+            slot.distinct.clear();
+        }
+    }
+
+    /// Drops `group` from memory without writing it (its stored state is being deleted).
+    pub fn forget(&mut self, group: &[u8]) {
+        self.groups.remove(group);
+    }
+
+    /// The count of the COUNT(DISTINCT) multiset entry `key` of `group` (read first).
+    pub fn distinct_count(
+        &mut self,
+        store: &dyn StateBackend,
+        group: &[u8],
+        key: &[u8],
+    ) -> Result<i64> {
+        let Some(slot) = self.groups.get_mut(group) else {
+            return Ok(store.get(key)?.map_or(0, |b| count_of(&b)));
+        };
+        if let Some((count, _)) = slot.distinct.get(key) {
+            return Ok(*count);
+        }
+        let count = store.get(key)?.map_or(0, |b| count_of(&b));
+        self.bytes += ENTRY_OVERHEAD + key.len();
+        slot.distinct.insert(key.to_vec(), (count, false));
+        Ok(count)
+    }
+
+    /// The entry's new count (zero: the entry goes), written back later.
+    pub fn set_distinct(&mut self, group: &[u8], key: Vec<u8>, count: i64) {
+        if let Some(slot) = self.groups.get_mut(group) {
+            slot.distinct.insert(key, (count, true));
+        }
+    }
+
+    /// Writes every change to the store (at a barrier, before the store is checkpointed).
+    pub fn flush(&mut self, store: &dyn StateBackend) -> Result<()> {
+        let mut writes = WriteBatch::default();
+        for slot in self.groups.values_mut() {
+            if std::mem::take(&mut slot.dirty) {
+                if let Some(state) = &slot.state {
+                    writes.puts.push((slot.key.clone(), state.encode()));
+                }
+            }
+            for (key, (count, dirty)) in slot.distinct.iter_mut() {
+                if !std::mem::take(dirty) {
+                    continue;
+                }
+                if *count > 0 {
+                    writes.puts.push((key.clone(), count.to_le_bytes().to_vec()));
+                } else {
+                    writes.delete_ranges.push((key.clone(), just_after(key)));
+                }
+            }
+        }
+        if writes.puts.is_empty() && writes.delete_ranges.is_empty() {
+            return Ok(());
+        }
+        store.write(writes)
+    }
+
+    /// Past the budget: writes every change and empties the cache.
+    pub fn trim(&mut self, store: &dyn StateBackend) -> Result<()> {
+        if self.bytes <= self.budget {
+            return Ok(());
+        }
+        self.flush(store)?;
+        self.groups.clear();
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::MemoryStateBackend;
+
+    fn stored(store: &dyn StateBackend, key: &[u8]) -> Option<GroupState> {
+        store
+            .get(key)
+            .unwrap()
+            .map(|b| GroupState::decode(&b, 1).unwrap())
+    }
+
+    #[test]
+    fn changes_reach_the_store_at_a_flush_and_past_the_budget() {
+        let store = MemoryStateBackend::default();
+        let mut cache = GroupCache::new(1, usize::MAX);
+        assert_eq!(cache.state(&store, b"a", || b"ka".to_vec()).unwrap(), None);
+        let mut s = GroupState::new(1);
+        s.rows = 2;
+        cache.set_state(b"a", s.clone());
+        assert_eq!(cache.distinct_count(&store, b"a", b"ka-x").unwrap(), 0);
+        cache.set_distinct(b"a", b"ka-x".to_vec(), 3);
+        // Memory answers; the store has nothing yet.
+        assert_eq!(cache.state(&store, b"a", || unreachable!()).unwrap(), Some(s.clone()));
+        assert_eq!(cache.distinct_count(&store, b"a", b"ka-x").unwrap(), 3);
+        assert_eq!(stored(&store, b"ka"), None);
+        cache.flush(&store).unwrap();
+        assert_eq!(stored(&store, b"ka"), Some(s.clone()));
+        assert_eq!(store.get(b"ka-x").unwrap().map(|b| count_of(&b)), Some(3));
+
+        // A count back to zero deletes the entry; a tiny budget empties the cache after
+        // writing what changed.
+        cache.set_distinct(b"a", b"ka-x".to_vec(), 0);
+        s.rows = 5;
+        cache.set_state(b"a", s.clone());
+        cache.budget = 1;
+        cache.trim(&store).unwrap();
+        assert!(cache.groups.is_empty());
+        assert_eq!(stored(&store, b"ka"), Some(s));
+        assert_eq!(store.get(b"ka-x").unwrap(), None);
+    }
+
+    #[test]
+    fn a_deleted_or_forgotten_group_writes_nothing_back() {
+        let store = MemoryStateBackend::default();
+        let mut cache = GroupCache::new(1, usize::MAX);
+        cache.state(&store, b"a", || b"ka".to_vec()).unwrap();
+        cache.set_state(b"a", GroupState::new(1));
+        cache.set_distinct(b"a", b"ka-x".to_vec(), 1);
+        cache.deleted(b"a");
+        cache.state(&store, b"b", || b"kb".to_vec()).unwrap();
+        cache.set_state(b"b", GroupState::new(1));
+        cache.forget(b"b");
+        cache.flush(&store).unwrap();
+        assert_eq!(store.get(b"ka").unwrap(), None);
+        assert_eq!(store.get(b"ka-x").unwrap(), None);
+        assert_eq!(store.get(b"kb").unwrap(), None);
+        // A deleted group is known to be empty: no read of the store.
+        assert_eq!(cache.state(&store, b"a", || unreachable!()).unwrap(), None);
+    }
+}
