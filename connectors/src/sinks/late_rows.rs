@@ -141,6 +141,7 @@ impl LateRowsTable {
             Store::Memory(m) => m.write(WriteBatch {
                 puts: vec![],
                 delete_ranges: vec![(vec![0], vec![u8::MAX])],
+                adds: vec![],
             }),
         }
     }
@@ -247,6 +248,7 @@ impl LateRowsWriter {
         self.store.write(WriteBatch {
             puts: vec![(key, encode_batch(&rows)?)],
             delete_ranges: vec![],
+            adds: vec![],
         })
     }
 
@@ -333,6 +335,7 @@ impl Committer for LateRowsCommitter {
         self.table.store()?.write(WriteBatch {
             puts: vec![],
             delete_ranges: vec![(lo, hi)],
+            adds: vec![],
         })
     }
 }

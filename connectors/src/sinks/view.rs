@@ -294,6 +294,7 @@ impl ViewSinkOperator {
                 encode_batch(&rows)?,
             )],
             delete_ranges: vec![],
+            adds: vec![],
         })
     }
 }
@@ -392,6 +393,7 @@ impl Committer for ViewCommitter {
         store.write(WriteBatch {
             puts: vec![],
             delete_ranges: vec![(vec![STAGED], vec![STAGED + 1])],
+            adds: vec![],
         })
     }
 }
@@ -418,6 +420,7 @@ pub(crate) fn commit_staged(
     store.write(WriteBatch {
         puts,
         delete_ranges: vec![(lo, hi)],
+        adds: vec![],
     })
 }
 

@@ -28,7 +28,7 @@
 mod cache;
 mod state;
 
-use std::collections::HashMap;
+use datafusion::common::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -266,7 +266,7 @@ impl GroupAggregateOperator {
                     .map(|k| k.evaluate(rel).and_then(|v| v.into_array(n)))
                     .collect::<std::result::Result<Vec<_>, _>>()?;
                 let rows = converter.convert_columns(&columns)?;
-                let mut index: HashMap<&[u8], usize> = HashMap::new();
+                let mut index: HashMap<&[u8], usize> = HashMap::default();
                 for row in rows.iter() {
                     let next = groups.len();
                     let g = *index.entry(row.data()).or_insert(next);
@@ -398,7 +398,7 @@ impl GroupAggregateOperator {
                 continue;
             }
             // A multiset: net change per (group, value), then one read and write each.
-            let mut deltas: HashMap<Vec<u8>, (usize, i64)> = HashMap::new();
+            let mut deltas: HashMap<Vec<u8>, (usize, i64)> = HashMap::default();
             for row in (0..n).filter(|&r| taken[r]) {
                 let g = t.row_group[row];
                 let mut key = keys.multiset(&t.groups[g], i);

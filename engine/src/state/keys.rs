@@ -31,9 +31,32 @@ pub fn count_of(bytes: &[u8]) -> i64 {
     i64::from_le_bytes(b)
 }
 
+/// `value` with `add` added: both read as little-endian i64s, added one by one (the longer
+/// one sets the length; a missing value is zeros). The merge of [`super::WriteBatch::adds`].
+pub fn add_counters(value: Option<&[u8]>, add: &[u8]) -> Vec<u8> {
+    let value = value.unwrap_or_default();
+    let counters = value.len().max(add.len()) / 8;
+    let at = |bytes: &[u8], i: usize| {
+        bytes
+            .get(8 * i..8 * i + 8)
+            .map_or(0, |b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    (0..counters)
+        .flat_map(|i| at(value, i).wrapping_add(at(add, i)).to_le_bytes())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_add_one_by_one_from_zeros() {
+        let pair = |a: i64, b: i64| [a.to_le_bytes(), b.to_le_bytes()].concat();
+        assert_eq!(add_counters(None, &pair(1, 0)), pair(1, 0));
+        assert_eq!(add_counters(Some(&pair(2, 5)), &pair(3, -1)), pair(5, 4));
+        assert_eq!(add_counters(Some(&7i64.to_le_bytes()), &pair(1, 2)), pair(8, 2));
+    }
 
     #[test]
     fn ranges_hold_exactly_their_prefix_or_key() {

@@ -10,7 +10,7 @@
 //! extreme is read with a range scan); [`GroupCache::deleted`] then records that nothing of
 //! the group is left.
 
-use std::collections::HashMap;
+use datafusion::common::HashMap;
 
 use crate::error::Result;
 use crate::state::{count_of, just_after, StateBackend, WriteBatch};
@@ -44,7 +44,7 @@ impl GroupCache {
     /// A cache for groups of `aggregates` aggregates, emptied past `budget` bytes.
     pub fn new(aggregates: usize, budget: usize) -> Self {
         Self {
-            groups: HashMap::new(),
+            groups: HashMap::default(),
             aggregates,
             bytes: 0,
             budget,

@@ -24,6 +24,9 @@ pub(super) struct Entry {
     pub matches: i64,
     /// Changed by the current batch: written back after it.
     pub dirty: bool,
+    /// Not read from the store: `count` is the batch's change only, added to the stored
+    /// count when written ([`crate::state::WriteBatch::adds`]), and `matches` is not kept.
+    pub blind: bool,
 }
 
 impl Entry {
@@ -37,7 +40,19 @@ impl Entry {
             count,
             matches,
             dirty: false,
+            blind: false,
         })
+    }
+
+    /// An entry of a row only inserted so far in this batch, not read from the store.
+    pub fn blind(key: Vec<u8>) -> Self {
+        Self {
+            key,
+            count: 0,
+            matches: 0,
+            dirty: false,
+            blind: true,
+        }
     }
 
     pub fn value(&self) -> Vec<u8> {
@@ -111,6 +126,7 @@ mod tests {
             count: 3,
             matches: -1,
             dirty: true,
+            blind: false,
         };
         let back = Entry::new(e.key.clone(), Some(&e.value())).unwrap();
         assert_eq!((back.count, back.matches), (3, -1));

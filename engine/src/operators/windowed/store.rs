@@ -190,6 +190,7 @@ impl WindowStore {
             store.write(WriteBatch {
                 puts: vec![(key, value)],
                 delete_ranges: vec![],
+                adds: vec![],
             })?;
         }
         Ok(())
@@ -332,6 +333,7 @@ impl WindowStore {
             store.write(WriteBatch {
                 puts: vec![],
                 delete_ranges: vec![(key, after)],
+                adds: vec![],
             })?;
         }
         if let Some(part) = extra {
@@ -365,6 +367,7 @@ impl WindowStore {
         store.write(WriteBatch {
             puts: vec![],
             delete_ranges: vec![(lo, hi)],
+            adds: vec![],
         })?;
         Ok(parts)
     }
@@ -378,6 +381,7 @@ impl WindowStore {
         self.handle.store()?.write(WriteBatch {
             puts: vec![],
             delete_ranges: vec![(lo, hi)],
+            adds: vec![],
         })
     }
 
