@@ -12,8 +12,9 @@
 //!   time), each emitted once as it arrives, so that output is append-only.
 //! - state ([`state`] has the layout): each partition's rows in rank order in the task's
 //!   store, written through after each batch. With an append-only input a row pushed below
-//!   rank N can never come back, so only the top N are kept; an updating input keeps every
-//!   live row, as a retracted top row is replaced by the next one. In arrival order, only a
+//!   rank N can never come back, so only the top N are kept, and the partitions worked on
+//!   lately stay in memory ([`cache`]), written back at barriers; an updating input keeps
+//!   every live row, as a retracted top row is replaced by the next one. In arrival order, only a
 //!   count of rows kept per partition. Restored in place or re-routed by the partition keys.
 //! - output: after each batch, each touched partition compares its rows at ranks
 //!   `first..=last` before and after: a rank whose row changed emits `-U` of the old row and
@@ -24,9 +25,10 @@
 //!   without retractions ([`crate::state::ttl`]).
 //! - watermarks pass through.
 
+mod cache;
 mod state;
 
-use std::collections::HashMap;
+use datafusion::common::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +48,7 @@ use crate::state::ttl::now_ms;
 use crate::state::{
     copy_routed, count_of, just_after, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch,
 };
+use cache::{Top, TopCache};
 use state::{key_of, partition_of, Keys};
 
 /// The plan node of a Top-N without windows.
@@ -152,6 +155,7 @@ impl OperatorFactory for TopNSpec {
             relation
         };
         Ok(Box::new(TopNOperator {
+            cache: TopCache::new(task.state.memory_budget()),
             expiry: self.state_ttl.map(|ttl| KeyExpiry::new(&task.state, ttl)),
             spec: self.clone(),
             handle: task.state.clone(),
@@ -173,6 +177,8 @@ pub struct TopNOperator {
     output_schema: SchemaRef,
     /// With `state_ttl`: when partitions were last touched.
     expiry: Option<KeyExpiry>,
+    /// Append-only input: the partitions worked on lately.
+    cache: TopCache,
 }
 
 /// A row of the output: its rank encoding, its number and change kind.
@@ -202,19 +208,28 @@ impl TopNOperator {
     }
 
     /// The first rows of a partition, as (rank encoding, count) up to `last` rows.
-    fn top(&self, store: &dyn StateBackend, prefix: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
-        let limit = usize::try_from(self.spec.last).unwrap_or(usize::MAX);
+    fn top(&self, store: &dyn StateBackend, prefix: &[u8]) -> Result<Top> {
+        read_top(store, prefix, self.spec.last)
+    }
+
+    /// Append-only input: a partition's top rows after the batch's rows `added` (keys and
+    /// counts) joined its top rows `before`.
+    fn merged(&self, before: &Top, added: &HashMap<Vec<u8>, i64>) -> Top {
+        let mut all: std::collections::BTreeMap<&[u8], i64> =
+            before.iter().map(|(k, c)| (k.as_slice(), *c)).collect();
+        for (k, c) in added {
+            *all.entry(k).or_default() += c;
+        }
         let mut rows = Vec::new();
         let mut seen = 0u64;
-        for (k, v) in store.scan_first(prefix, &prefix_end(prefix), limit)? {
-            let count = count_of(&v);
-            rows.push((k, count));
-            seen = seen.saturating_add(count.max(0) as u64);
+        for (k, count) in all.into_iter().filter(|(_, c)| *c > 0) {
+            rows.push((k.to_vec(), count));
+            seen = seen.saturating_add(count as u64);
             if seen >= self.spec.last {
                 break;
             }
         }
-        Ok(rows)
+        rows
     }
 
     /// The rows at ranks `first..=last` of a partition's top entries: (key, number).
@@ -235,10 +250,48 @@ impl TopNOperator {
         out
     }
 
+    /// Updating input: applies the batch's net changes to the stored rows, returning each
+    /// partition's top rows before (when the output is `updating`) and after.
+    fn write_through(
+        &self,
+        prefixes: &[Vec<u8>],
+        deltas: &[HashMap<Vec<u8>, i64>],
+        updating: bool,
+        store: &dyn StateBackend,
+    ) -> Result<(Vec<Top>, Vec<Top>)> {
+        let before = if updating {
+            prefixes
+                .iter()
+                .map(|p| self.top(store, p))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        let mut writes = WriteBatch::default();
+        for (key, delta) in deltas.iter().flatten() {
+            if *delta == 0 {
+                continue;
+            }
+            let had = store.get(key)?.map_or(0, |v| count_of(&v));
+            let has = had + delta;
+            if has > 0 {
+                writes.puts.push((key.clone(), has.to_le_bytes().to_vec()));
+            } else if had != 0 {
+                writes.delete_ranges.push((key.clone(), just_after(key)));
+            }
+        }
+        store.write(writes)?;
+        let after = prefixes
+            .iter()
+            .map(|p| self.top(store, p))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((before, after))
+    }
+
     /// Arrival order: the first rows of each partition, numbered as they come.
     fn arrive(&self, rel: &RecordBatch, parts: &[Vec<u8>], out: &mut Output) -> Result<()> {
         let store = self.handle.store()?;
-        let mut kept: HashMap<Vec<u8>, (u64, bool)> = HashMap::new();
+        let mut kept: HashMap<Vec<u8>, (u64, bool)> = HashMap::default();
         let mut rows = Vec::new();
         let mut numbers = Vec::new();
         for (r, part) in parts.iter().enumerate() {
@@ -316,7 +369,7 @@ impl TopNOperator {
         after: &[(&[u8], u64)],
         emits: &mut Vec<Emit>,
     ) -> Result<()> {
-        let mut balance: HashMap<&[u8], i64> = HashMap::new();
+        let mut balance: HashMap<&[u8], i64> = HashMap::default();
         for (key, _) in after {
             *balance.entry(*key).or_default() += 1;
         }
@@ -356,6 +409,23 @@ impl TopNOperator {
     }
 }
 
+/// The first rows of the partition with rows under `prefix`, as (rank encoding, count), up
+/// to `last` rows.
+fn read_top(store: &dyn StateBackend, prefix: &[u8], last: u64) -> Result<Top> {
+    let limit = usize::try_from(last).unwrap_or(usize::MAX);
+    let mut rows = Vec::new();
+    let mut seen = 0u64;
+    for (k, v) in store.scan_first(prefix, &prefix_end(prefix), limit)? {
+        let count = count_of(&v);
+        rows.push((k, count));
+        seen = seen.saturating_add(count.max(0) as u64);
+        if seen >= last {
+            break;
+        }
+    }
+    Ok(rows)
+}
+
 impl Operator for TopNOperator {
     fn name(&self) -> &str {
         "TopN"
@@ -371,6 +441,7 @@ impl Operator for TopNOperator {
             let mut writes = WriteBatch::default();
             for part in expiry.expired(store.as_ref(), now, EXPIRE_PER_BATCH, &mut writes)? {
                 let prefix = self.keys().rows(&part);
+                self.cache.forget(&prefix);
                 let end = prefix_end(&prefix);
                 writes.delete_ranges.push((prefix, end));
                 let counter = self.keys().counter(&part);
@@ -407,11 +478,11 @@ impl Operator for TopNOperator {
         // Net change per stored row, by partition in order of first appearance.
         let mut prefixes: Vec<Vec<u8>> = Vec::new();
         let mut deltas: Vec<HashMap<Vec<u8>, i64>> = Vec::new();
-        let mut index: HashMap<&[u8], usize> = HashMap::new();
+        let mut index: HashMap<&[u8], usize> = HashMap::default();
         for (r, part) in parts.iter().enumerate() {
             let p = *index.entry(part.as_slice()).or_insert_with(|| {
                 prefixes.push(self.keys().rows(part));
-                deltas.push(HashMap::new());
+                deltas.push(HashMap::default());
                 prefixes.len() - 1
             });
             let mut key = prefixes[p].clone();
@@ -419,43 +490,22 @@ impl Operator for TopNOperator {
             *deltas[p].entry(key).or_default() += signs[r];
         }
         let updating = self.spec.updating();
-        let before = if updating {
-            prefixes
-                .iter()
-                .map(|p| self.top(store.as_ref(), p))
-                .collect::<Result<Vec<_>>>()?
+        let (before, after) = if self.spec.input_updating {
+            self.write_through(&prefixes, &deltas, updating, store.as_ref())?
         } else {
-            Vec::new()
+            let mut before = Vec::with_capacity(prefixes.len());
+            let mut after = Vec::with_capacity(prefixes.len());
+            for (p, added) in prefixes.iter().zip(&deltas) {
+                let last = self.spec.last;
+                let top = self.cache.top(p, || read_top(store.as_ref(), p, last))?;
+                let next = self.merged(&top, added);
+                self.cache.set(p, next.clone());
+                before.push(top);
+                after.push(next);
+            }
+            self.cache.trim(store.as_ref())?;
+            (before, after)
         };
-        let mut writes = WriteBatch::default();
-        for (key, delta) in deltas.iter().flatten() {
-            if *delta == 0 {
-                continue;
-            }
-            let had = store.get(key)?.map_or(0, |v| count_of(&v));
-            let has = had + delta;
-            if has > 0 {
-                writes.puts.push((key.clone(), has.to_le_bytes().to_vec()));
-            } else if had != 0 {
-                writes.delete_ranges.push((key.clone(), just_after(key)));
-            }
-        }
-        store.write(writes)?;
-        let after = prefixes
-            .iter()
-            .map(|p| self.top(store.as_ref(), p))
-            .collect::<Result<Vec<_>>>()?;
-        if !self.spec.input_updating {
-            // Rows below rank N never come back without retractions: drop them.
-            let mut prune = WriteBatch::default();
-            for (p, top) in prefixes.iter().zip(&after) {
-                let rows: i64 = top.iter().map(|(_, c)| c).sum();
-                if let Some((last, _)) = top.last().filter(|_| rows as u64 >= self.spec.last) {
-                    prune.delete_ranges.push((just_after(last), prefix_end(p)));
-                }
-            }
-            store.write(prune)?;
-        }
         if !updating {
             return Ok(());
         }
@@ -488,12 +538,18 @@ impl Operator for TopNOperator {
         Ok(())
     }
 
+    fn snapshot(&mut self, _epoch: u64) -> Result<Option<Vec<u8>>> {
+        self.cache.flush(self.handle.store()?.as_ref())?;
+        Ok(None)
+    }
+
     fn finish(&mut self, out: &mut Output) -> Result<()> {
         if !self.spec.at_end || self.spec.arrival() {
             return Ok(());
         }
         // Every partition's final rows, in key order, a chunk of the store at a time.
         let store = self.handle.store()?;
+        self.cache.flush(store.as_ref())?;
         let (mut from, end) = self.keys().all_rows();
         let mut partition: Option<Vec<u8>> = None;
         let mut rank = 0u64;

@@ -55,7 +55,10 @@ mod tests {
         let pair = |a: i64, b: i64| [a.to_le_bytes(), b.to_le_bytes()].concat();
         assert_eq!(add_counters(None, &pair(1, 0)), pair(1, 0));
         assert_eq!(add_counters(Some(&pair(2, 5)), &pair(3, -1)), pair(5, 4));
-        assert_eq!(add_counters(Some(&7i64.to_le_bytes()), &pair(1, 2)), pair(8, 2));
+        assert_eq!(
+            add_counters(Some(&7i64.to_le_bytes()), &pair(1, 2)),
+            pair(8, 2)
+        );
     }
 
     #[test]

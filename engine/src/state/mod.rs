@@ -202,7 +202,10 @@ pub(crate) mod tests {
         assert_eq!(s.get(b"c/a").unwrap(), Some(pair(3, -1)));
         assert_eq!(
             s.scan(b"c/", b"c0").unwrap(),
-            vec![(b"c/a".to_vec(), pair(3, -1)), (b"c/b".to_vec(), pair(7, 3))]
+            vec![
+                (b"c/a".to_vec(), pair(3, -1)),
+                (b"c/b".to_vec(), pair(7, 3))
+            ]
         );
     }
 }

@@ -140,7 +140,9 @@ impl GroupCache {
                     continue;
                 }
                 if *count > 0 {
-                    writes.puts.push((key.clone(), count.to_le_bytes().to_vec()));
+                    writes
+                        .puts
+                        .push((key.clone(), count.to_le_bytes().to_vec()));
                 } else {
                     writes.delete_ranges.push((key.clone(), just_after(key)));
                 }
@@ -187,7 +189,10 @@ mod tests {
         assert_eq!(cache.distinct_count(&store, b"a", b"ka-x").unwrap(), 0);
         cache.set_distinct(b"a", b"ka-x".to_vec(), 3);
         // Memory answers; the store has nothing yet.
-        assert_eq!(cache.state(&store, b"a", || unreachable!()).unwrap(), Some(s.clone()));
+        assert_eq!(
+            cache.state(&store, b"a", || unreachable!()).unwrap(),
+            Some(s.clone())
+        );
         assert_eq!(cache.distinct_count(&store, b"a", b"ka-x").unwrap(), 3);
         assert_eq!(stored(&store, b"ka"), None);
         cache.flush(&store).unwrap();

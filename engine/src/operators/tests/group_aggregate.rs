@@ -35,10 +35,6 @@ fn input_schema() -> SchemaRef {
 /// FROM input GROUP BY k
 /// ```
 /// (without `k` in the GROUP BY when `keyed` is false).
-fn aggregate(keyed: bool) -> OperatorUnderTest {
-    aggregate_with(keyed, None, true)
-}
-
 /// `updating`: whether the input is an updating stream (otherwise append-only: MIN and MAX
 /// keep only their extreme).
 fn aggregate_with(

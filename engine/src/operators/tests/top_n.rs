@@ -42,6 +42,8 @@ struct Mode {
     last: u64,
     /// The row number is left out of the output: rows entering and leaving are emitted.
     rows: bool,
+    /// The task's memory budget (an append-only input's cache of partitions).
+    budget: Option<usize>,
 }
 
 /// `ROW_NUMBER() OVER ([PARTITION BY p] [ORDER BY v DESC NULLS LAST]) BETWEEN first AND last`.
@@ -79,7 +81,11 @@ fn top_n(m: Mode) -> OperatorUnderTest {
     } else {
         Partitioning::Single
     };
-    OperatorUnderTest::new(spec, vec![routing])
+    let op = OperatorUnderTest::new(spec, vec![routing]);
+    match m.budget {
+        Some(bytes) => op.with_memory_budget(bytes),
+        None => op,
+    }
 }
 
 fn batch(changes: &[(Row, Op)], updating: bool) -> RecordBatch {
@@ -228,6 +234,7 @@ const RANKED: Mode = Mode {
     first: 1,
     last: 3,
     rows: false,
+    budget: None,
 };
 
 #[test]
@@ -337,5 +344,16 @@ fn top_n_state_restores_at_other_parallelisms() {
         9,
         3,
         &[(10, 1), (25, 3)],
+    );
+    // The cached partitions written back and dropped after every batch change nothing.
+    check(
+        Mode {
+            updating: false,
+            budget: Some(1),
+            ..RANKED
+        },
+        10,
+        2,
+        &[(10, 3), (25, 1)],
     );
 }
