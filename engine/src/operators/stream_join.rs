@@ -530,19 +530,19 @@ impl Operator for StreamJoinOperator {
         let mut mine: Vec<Entry> = Vec::new();
         let mut index: HashMap<Vec<u8>, usize> = HashMap::default();
         let mut row_entry = Vec::with_capacity(n);
-        for r in 0..n {
+        for (r, &sign) in signs.iter().enumerate() {
             let mut key = key_prefix(&self.handles[side], key_rows.row(r).data());
             key.extend_from_slice(rows.row(r).data());
             let at = match index.get(&key) {
                 Some(&at) => {
-                    if signs[r] < 0 && mine[at].blind {
+                    if sign < 0 && mine[at].blind {
                         let value = store.get(&key)?;
                         mine[at] = Entry::new(key, value.as_deref())?;
                     }
                     at
                 }
                 None => {
-                    mine.push(if blind_inserts && signs[r] > 0 {
+                    mine.push(if blind_inserts && sign > 0 {
                         Entry::blind(key.clone())
                     } else {
                         Entry::new(key.clone(), store.get(&key)?.as_deref())?
