@@ -27,20 +27,18 @@
 
 mod cache;
 mod state;
+mod values;
 
 use datafusion::common::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Decimal128Array, Float64Array,
-    Int64Array, Int8Array, UInt64Array,
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, Int8Array,
 };
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::compute::{cast, filter_record_batch, interleave};
-use datafusion::arrow::datatypes::{
-    DataType, Float64Type, Int64Type, SchemaRef, TimeUnit, TimestampNanosecondType, UInt64Type,
-};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampNanosecondType};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
@@ -58,6 +56,7 @@ use crate::state::{
 };
 use cache::GroupCache;
 use state::{restore_repartitioned, AggState, GroupState, Keys};
+use values::{add_sums, sum_column, takes};
 
 /// Keys a batch expires at most (the rest wait for the next batches).
 pub(crate) const EXPIRE_PER_BATCH: usize = 1024;
@@ -612,93 +611,6 @@ impl GroupAggregateOperator {
             .collect();
         Ok(interleave(&[decoded.as_ref(), nulls.as_ref()], &indices)?)
     }
-}
-
-/// For each row, whether aggregate `agg` takes its value: not NULL, and passing its FILTER.
-fn takes(agg: &UpdatingAggregate, arg: &ArrayRef, rel: &RecordBatch) -> Result<Vec<bool>> {
-    let n = rel.num_rows();
-    let filter: Option<BooleanArray> = match &agg.filter {
-        Some(f) => Some(
-            f.evaluate(rel)?
-                .into_array(n)?
-                .as_boolean_opt()
-                .ok_or_else(|| EngineError::Internal("FILTER did not return booleans".into()))?
-                .clone(),
-        ),
-        None => None,
-    };
-    Ok((0..n)
-        .map(|r| arg.is_valid(r) && filter.as_ref().is_none_or(|f| f.is_valid(r) && f.value(r)))
-        .collect())
-}
-
-/// Adds each taken row's value (already cast to the sum's type), signed, to its group's sum.
-fn add_sums(
-    values: &ArrayRef,
-    taken: &[bool],
-    signs: &[i64],
-    row_group: &[usize],
-    after: &mut [GroupState],
-    agg: usize,
-) -> Result<()> {
-    for (row, &g) in row_group.iter().enumerate() {
-        if !taken[row] {
-            continue;
-        }
-        let sign = signs[row];
-        let state = &mut after[g].aggs[agg];
-        state.n += sign;
-        match values.data_type() {
-            DataType::Int64 => {
-                let v = values.as_primitive::<Int64Type>().value(row);
-                state.v = state.v.wrapping_add(i128::from(v) * i128::from(sign));
-            }
-            DataType::UInt64 => {
-                let v = values.as_primitive::<UInt64Type>().value(row);
-                state.v = state.v.wrapping_add(i128::from(v) * i128::from(sign));
-            }
-            DataType::Float64 => {
-                let v = values.as_primitive::<Float64Type>().value(row);
-                state.add_float(v * sign as f64);
-            }
-            DataType::Decimal128(_, _) => {
-                let v = values
-                    .as_primitive::<datafusion::arrow::datatypes::Decimal128Type>()
-                    .value(row);
-                state.v = state.v.wrapping_add(v.wrapping_mul(i128::from(sign)));
-            }
-            other => {
-                return Err(EngineError::Internal(format!(
-                    "SUM over {other} cannot be maintained"
-                )))
-            }
-        }
-    }
-    Ok(())
-}
-
-/// SUM results of type `output` (NULL where the sum took no value).
-fn sum_column(output: &DataType, states: impl Iterator<Item = AggState>) -> Result<ArrayRef> {
-    Ok(match output {
-        DataType::Int64 => Arc::new(Int64Array::from_iter(
-            states.map(|s| (s.n > 0).then_some(s.v as i64)),
-        )),
-        DataType::UInt64 => Arc::new(UInt64Array::from_iter(
-            states.map(|s| (s.n > 0).then_some(s.v as u64)),
-        )),
-        DataType::Float64 => Arc::new(Float64Array::from_iter(
-            states.map(|s| (s.n > 0).then(|| s.float())),
-        )),
-        DataType::Decimal128(p, s) => Arc::new(
-            Decimal128Array::from_iter(states.map(|st| (st.n > 0).then_some(st.v)))
-                .with_precision_and_scale(*p, *s)?,
-        ),
-        other => {
-            return Err(EngineError::Internal(format!(
-                "SUM returning {other} cannot be maintained"
-            )))
-        }
-    })
 }
 
 /// Whether a group's result row stays the same.
