@@ -175,6 +175,9 @@ fn child(query: &str, delivery: &str, events: usize, parallelism: usize, source:
     run(&mut s, "SET checkpoint_interval = '1s'");
     run(&mut s, "SET runtime_mode = 'streaming'");
     run(&mut s, &format!("SET delivery = '{delivery}'"));
+    if let Ok(budget) = std::env::var("WEIR_BENCH_BUDGET") {
+        run(&mut s, &format!("SET memory_budget = '{budget}'"));
+    }
     let cpu0 = cpu_seconds();
     let started = Instant::now();
     run(
@@ -213,6 +216,9 @@ fn measure(
     source: &str,
 ) -> Figures {
     let out = Command::new(std::env::current_exe().unwrap())
+        // As the weir binary sets mimalloc (repl/src/main.rs): freed memory goes back to the
+        // kernel at once.
+        .env("MIMALLOC_PURGE_DELAY", "0")
         .env(
             "WEIR_BENCH_CHILD",
             format!("{query},{delivery},{events},{parallelism},{source}"),

@@ -360,7 +360,28 @@ impl TopNOperator {
         )?)
     }
 
-    /// The rank encoding of a stored key (after the partition's prefix).
+    /// The output's changes from a partition's top rows `before` to `after`: each rank
+    /// whose row changed as `-U`/`+U`, ranks that appeared or went as `+I`/`-D` (or, with
+    /// `emit_rows`, row by row).
+    fn changes(&self, before: &Top, after: &Top, emits: &mut Vec<Emit>) -> Result<()> {
+        let (b, a) = (self.ranks(before), self.ranks(after));
+        if self.spec.emit_rows {
+            return self.row_changes(&b, &a, emits);
+        }
+        for i in 0..b.len().max(a.len()) {
+            match (b.get(i), a.get(i)) {
+                (Some(old), Some(new)) if old.0 != new.0 => {
+                    emits.push((self.rank_of(old.0)?.to_vec(), old.1, Op::UpdateBefore));
+                    emits.push((self.rank_of(new.0)?.to_vec(), new.1, Op::UpdateAfter));
+                }
+                (Some(old), None) => emits.push((self.rank_of(old.0)?.to_vec(), old.1, Op::Delete)),
+                (None, Some(new)) => emits.push((self.rank_of(new.0)?.to_vec(), new.1, Op::Insert)),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// The rows of `before` not in `after` (as a multiset) and those of `after` not in
     /// `before`: pairs of them as `-U`/`+U`, the rest as `-D` or `+I`.
     fn row_changes(
@@ -404,6 +425,7 @@ impl TopNOperator {
         Ok(())
     }
 
+    /// The rank encoding of a stored key (after the partition's prefix).
     fn rank_of<'a>(&self, key: &'a [u8]) -> Result<&'a [u8]> {
         Ok(partition_of(&key[self.handle.prefix_len()..])?.1)
     }
@@ -490,47 +512,29 @@ impl Operator for TopNOperator {
             *deltas[p].entry(key).or_default() += signs[r];
         }
         let updating = self.spec.updating();
-        let (before, after) = if self.spec.input_updating {
-            self.write_through(&prefixes, &deltas, updating, store.as_ref())?
-        } else {
-            let mut before = Vec::with_capacity(prefixes.len());
-            let mut after = Vec::with_capacity(prefixes.len());
-            for (p, added) in prefixes.iter().zip(&deltas) {
-                let last = self.spec.last;
-                let top = self.cache.top(p, || read_top(store.as_ref(), p, last))?;
-                let next = self.merged(&top, added);
-                self.cache.set(p, next.clone());
-                before.push(top);
-                after.push(next);
-            }
-            self.cache.trim(store.as_ref())?;
-            (before, after)
-        };
-        if !updating {
-            return Ok(());
-        }
         let mut emits: Vec<Emit> = Vec::new();
-        for (b, a) in before.iter().zip(&after) {
-            let (b, a) = (self.ranks(b), self.ranks(a));
-            if self.spec.emit_rows {
-                self.row_changes(&b, &a, &mut emits)?;
-                continue;
-            }
-            for i in 0..b.len().max(a.len()) {
-                match (b.get(i), a.get(i)) {
-                    (Some(old), Some(new)) if old.0 != new.0 => {
-                        emits.push((self.rank_of(old.0)?.to_vec(), old.1, Op::UpdateBefore));
-                        emits.push((self.rank_of(new.0)?.to_vec(), new.1, Op::UpdateAfter));
-                    }
-                    (Some(old), None) => {
-                        emits.push((self.rank_of(old.0)?.to_vec(), old.1, Op::Delete))
-                    }
-                    (None, Some(new)) => {
-                        emits.push((self.rank_of(new.0)?.to_vec(), new.1, Op::Insert))
-                    }
-                    _ => {}
+        if self.spec.input_updating {
+            let (before, after) =
+                self.write_through(&prefixes, &deltas, updating, store.as_ref())?;
+            if updating {
+                for (b, a) in before.iter().zip(&after) {
+                    self.changes(b, a, &mut emits)?;
                 }
             }
+        } else {
+            // One partition at a time out of the cache and back: memory holds one copy of
+            // each partition's rows, not the batch's partitions before and after at once.
+            let last = self.spec.last;
+            for (p, added) in prefixes.into_iter().zip(&deltas) {
+                let (top, dirty) = self.cache.take(&p, || read_top(store.as_ref(), &p, last))?;
+                let next = self.merged(&top, added);
+                if updating {
+                    self.changes(&top, &next, &mut emits)?;
+                }
+                let changed = next != top;
+                self.cache.put(p, next, dirty || changed);
+            }
+            self.cache.trim(store.as_ref())?;
         }
         if !emits.is_empty() {
             out.emit(self.output(&emits)?);

@@ -10,12 +10,14 @@ mod rocks;
 
 pub use rocks::RocksDbStateBackend;
 
+mod chunked;
 mod handle;
 mod ipc;
 mod keys;
 mod rescale;
 pub mod ttl;
 
+pub use chunked::ChunkedWrites;
 pub use handle::{RestoreSet, StateHandle, TaskState};
 pub use ipc::{decode_batch, encode_batch};
 pub use keys::{add_counters, count_of, just_after, prefix_end};

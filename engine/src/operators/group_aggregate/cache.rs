@@ -13,12 +13,33 @@
 use datafusion::common::HashMap;
 
 use crate::error::Result;
-use crate::state::{count_of, just_after, StateBackend, WriteBatch};
+use crate::state::{count_of, just_after, ChunkedWrites, StateBackend};
 
 use super::state::GroupState;
 
 /// Bytes a cached entry costs besides its key and value (map slot, allocations), roughly.
 const ENTRY_OVERHEAD: usize = 64;
+
+fn state_bytes(state: &Option<GroupState>) -> usize {
+    state.as_ref().map_or(0, GroupState::size)
+}
+
+fn distinct_bytes(key: &[u8]) -> usize {
+    ENTRY_OVERHEAD + key.len()
+}
+
+/// What a cached group costs: its entry, group row, store key, state and distinct entries.
+fn slot_bytes(group: &[u8], slot: &Slot) -> usize {
+    ENTRY_OVERHEAD
+        + group.len()
+        + slot.key.len()
+        + state_bytes(&slot.state)
+        + slot
+            .distinct
+            .keys()
+            .map(|k| distinct_bytes(k))
+            .sum::<usize>()
+}
 
 /// One cached group.
 #[derive(Default)]
@@ -66,38 +87,42 @@ impl GroupCache {
             .get(&key)?
             .map(|b| GroupState::decode(&b, self.aggregates))
             .transpose()?;
-        self.bytes += ENTRY_OVERHEAD + 2 * group.len() + state.as_ref().map_or(0, |s| s.size());
-        self.groups.insert(
-            group.to_vec(),
-            Slot {
-                key,
-                state: state.clone(),
-                ..Slot::default()
-            },
-        );
+        let slot = Slot {
+            key,
+            state: state.clone(),
+            ..Slot::default()
+        };
+        self.bytes += slot_bytes(group, &slot);
+        self.groups.insert(group.to_vec(), slot);
         Ok(state)
     }
 
     /// The group's new state, written back later. The group was read first.
     pub fn set_state(&mut self, group: &[u8], state: GroupState) {
         if let Some(slot) = self.groups.get_mut(group) {
+            let old = state_bytes(&slot.state);
             slot.state = Some(state);
             slot.dirty = true;
+            self.bytes = (self.bytes + state_bytes(&slot.state)).saturating_sub(old);
         }
     }
 
     /// The operator deleted everything stored of `group`.
     pub fn deleted(&mut self, group: &[u8]) {
         if let Some(slot) = self.groups.get_mut(group) {
+            let old = slot_bytes(group, slot);
             slot.state = None;
             slot.dirty = false;
-            slot.distinct.clear();
+            slot.distinct = HashMap::default();
+            self.bytes = (self.bytes + slot_bytes(group, slot)).saturating_sub(old);
         }
     }
 
     /// Drops `group` from memory without writing it (its stored state is being deleted).
     pub fn forget(&mut self, group: &[u8]) {
-        self.groups.remove(group);
+        if let Some(slot) = self.groups.remove(group) {
+            self.bytes = self.bytes.saturating_sub(slot_bytes(group, &slot));
+        }
     }
 
     /// The count of the COUNT(DISTINCT) multiset entry `key` of `group` (read first).
@@ -114,7 +139,7 @@ impl GroupCache {
             return Ok(*count);
         }
         let count = store.get(key)?.map_or(0, |b| count_of(&b));
-        self.bytes += ENTRY_OVERHEAD + key.len();
+        self.bytes += distinct_bytes(key);
         slot.distinct.insert(key.to_vec(), (count, false));
         Ok(count)
     }
@@ -122,47 +147,61 @@ impl GroupCache {
     /// The entry's new count (zero: the entry goes), written back later.
     pub fn set_distinct(&mut self, group: &[u8], key: Vec<u8>, count: i64) {
         if let Some(slot) = self.groups.get_mut(group) {
-            slot.distinct.insert(key, (count, true));
+            let bytes = distinct_bytes(&key);
+            if slot.distinct.insert(key, (count, true)).is_none() {
+                self.bytes += bytes;
+            }
         }
     }
 
-    /// Writes every change to the store (at a barrier, before the store is checkpointed).
+    /// Writes every change to the store (at a barrier, before the store is checkpointed), a
+    /// chunk at a time.
     pub fn flush(&mut self, store: &dyn StateBackend) -> Result<()> {
-        let mut writes = WriteBatch::default();
+        let mut writes = ChunkedWrites::new(store);
         for slot in self.groups.values_mut() {
             if std::mem::take(&mut slot.dirty) {
                 if let Some(state) = &slot.state {
-                    writes.puts.push((slot.key.clone(), state.encode()));
+                    writes.put(slot.key.clone(), state.encode())?;
                 }
             }
             for (key, (count, dirty)) in slot.distinct.iter_mut() {
-                if !std::mem::take(dirty) {
-                    continue;
-                }
-                if *count > 0 {
-                    writes
-                        .puts
-                        .push((key.clone(), count.to_le_bytes().to_vec()));
-                } else {
-                    writes.delete_ranges.push((key.clone(), just_after(key)));
+                if std::mem::take(dirty) {
+                    write_distinct(&mut writes, key.clone(), *count)?;
                 }
             }
         }
-        if writes.puts.is_empty() && writes.delete_ranges.is_empty() {
-            return Ok(());
-        }
-        store.write(writes)
+        writes.finish()
     }
 
-    /// Past the budget: writes every change and empties the cache.
+    /// Past the budget: writes every change and empties the cache (moving keys into the
+    /// writes instead of copying them, and freeing the map's table too).
     pub fn trim(&mut self, store: &dyn StateBackend) -> Result<()> {
         if self.bytes <= self.budget {
             return Ok(());
         }
-        self.flush(store)?;
-        self.groups.clear();
         self.bytes = 0;
-        Ok(())
+        let mut writes = ChunkedWrites::new(store);
+        for slot in std::mem::take(&mut self.groups).into_values() {
+            if let (true, Some(state)) = (slot.dirty, &slot.state) {
+                writes.put(slot.key, state.encode())?;
+            }
+            for (key, (count, dirty)) in slot.distinct {
+                if dirty {
+                    write_distinct(&mut writes, key, count)?;
+                }
+            }
+        }
+        writes.finish()
+    }
+}
+
+/// A COUNT(DISTINCT) entry's count: put, or deleted at zero.
+fn write_distinct(writes: &mut ChunkedWrites<'_>, key: Vec<u8>, count: i64) -> Result<()> {
+    if count > 0 {
+        writes.put(key, count.to_le_bytes().to_vec())
+    } else {
+        let end = just_after(&key);
+        writes.delete_range(key, end)
     }
 }
 
@@ -228,5 +267,8 @@ mod tests {
         assert_eq!(store.get(b"kb").unwrap(), None);
         // A deleted group is known to be empty: no read of the store.
         assert_eq!(cache.state(&store, b"a", || unreachable!()).unwrap(), None);
+        // What left memory no longer counts against the budget.
+        cache.forget(b"a");
+        assert_eq!((cache.groups.len(), cache.bytes), (0, 0));
     }
 }

@@ -11,7 +11,7 @@
 use datafusion::common::HashMap;
 
 use crate::error::Result;
-use crate::state::{prefix_end, StateBackend, WriteBatch};
+use crate::state::{prefix_end, ChunkedWrites, StateBackend};
 
 /// A partition's top rows: (store key, count), in rank order.
 pub(super) type Top = Vec<(Vec<u8>, i64)>;
@@ -39,23 +39,28 @@ impl TopCache {
         }
     }
 
-    /// The partition's top rows, from memory or from `read` (the store).
-    pub fn top(&mut self, prefix: &[u8], read: impl FnOnce() -> Result<Top>) -> Result<Top> {
-        if let Some((top, _)) = self.parts.get(prefix) {
-            return Ok(top.clone());
+    /// The partition's top rows taken out of the cache (or read by `read` from the store),
+    /// to be changed and [`TopCache::put`] back: (rows, whether they differ from the
+    /// store's). Taking instead of copying keeps one copy of a partition in memory.
+    pub fn take(
+        &mut self,
+        prefix: &[u8],
+        read: impl FnOnce() -> Result<Top>,
+    ) -> Result<(Top, bool)> {
+        if let Some((top, dirty)) = self.parts.remove(prefix) {
+            self.bytes -= size(prefix, &top);
+            return Ok((top, dirty));
         }
-        let top = read()?;
-        self.bytes += size(prefix, &top);
-        self.parts.insert(prefix.to_vec(), (top.clone(), false));
-        Ok(top)
+        Ok((read()?, false))
     }
 
-    /// The partition's new top rows, written back later. The partition was read first.
-    pub fn set(&mut self, prefix: &[u8], top: Top) {
-        if let Some(slot) = self.parts.get_mut(prefix) {
-            self.bytes = self.bytes + size(prefix, &top) - size(prefix, &slot.0);
-            *slot = (top, true);
+    /// Puts a partition's rows (back) into the cache; `dirty`: the store must get them.
+    pub fn put(&mut self, prefix: Vec<u8>, top: Top, dirty: bool) {
+        self.bytes += size(&prefix, &top);
+        if let Some((old, _)) = self.parts.get(&prefix) {
+            self.bytes -= size(&prefix, old);
         }
+        self.parts.insert(prefix, (top, dirty));
     }
 
     /// Drops a partition without writing it (its stored rows are being deleted).
@@ -65,43 +70,45 @@ impl TopCache {
         }
     }
 
-    /// Writes every changed partition to the store.
+    /// Writes every changed partition to the store (a chunk at a time).
     pub fn flush(&mut self, store: &dyn StateBackend) -> Result<()> {
-        let mut writes = WriteBatch::default();
+        let mut writes = ChunkedWrites::new(store);
         for (prefix, (top, dirty)) in self.parts.iter_mut() {
-            if !std::mem::take(dirty) {
-                continue;
+            if std::mem::take(dirty) {
+                writes.delete_range(prefix.clone(), prefix_end(prefix))?;
+                for (k, count) in top.iter() {
+                    writes.put(k.clone(), count.to_le_bytes().to_vec())?;
+                }
             }
-            writes
-                .delete_ranges
-                .push((prefix.clone(), prefix_end(prefix)));
-            writes.puts.extend(
-                top.iter()
-                    .map(|(k, count)| (k.clone(), count.to_le_bytes().to_vec())),
-            );
         }
-        if writes.delete_ranges.is_empty() {
-            return Ok(());
-        }
-        store.write(writes)
+        writes.finish()
     }
 
-    /// Past the budget: writes every change and empties the cache.
+    /// Past the budget: writes every change and empties the cache (moving the rows into
+    /// the writes instead of copying them, and freeing the map's table too).
     pub fn trim(&mut self, store: &dyn StateBackend) -> Result<()> {
         if self.bytes <= self.budget {
             return Ok(());
         }
-        self.flush(store)?;
-        self.parts.clear();
         self.bytes = 0;
-        Ok(())
+        let mut writes = ChunkedWrites::new(store);
+        for (prefix, (top, dirty)) in std::mem::take(&mut self.parts) {
+            if dirty {
+                let end = prefix_end(&prefix);
+                writes.delete_range(prefix, end)?;
+                for (k, count) in top {
+                    writes.put(k, count.to_le_bytes().to_vec())?;
+                }
+            }
+        }
+        writes.finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::MemoryStateBackend;
+    use crate::state::{MemoryStateBackend, WriteBatch};
 
     #[test]
     fn a_changed_partition_replaces_its_stored_rows_at_a_flush() {
@@ -118,11 +125,14 @@ mod tests {
             .unwrap();
         let mut cache = TopCache::new(usize::MAX);
         let read = || Ok(vec![(b"p/a".to_vec(), 1), (b"p/c".to_vec(), 1)]);
-        assert_eq!(cache.top(b"p/", read).unwrap().len(), 2);
-        cache.set(b"p/", vec![(b"p/a".to_vec(), 1), (b"p/b".to_vec(), 2)]);
+        let (top, dirty) = cache.take(b"p/", read).unwrap();
+        assert_eq!((top.len(), dirty), (2, false));
+        let next = vec![(b"p/a".to_vec(), 1), (b"p/b".to_vec(), 2)];
+        cache.put(b"p/".to_vec(), next, true);
         // Memory answers until the flush; then the store holds exactly the new rows.
-        let cached = cache.top(b"p/", || unreachable!()).unwrap();
-        assert_eq!(cached[1], (b"p/b".to_vec(), 2));
+        let (cached, dirty) = cache.take(b"p/", || unreachable!()).unwrap();
+        assert_eq!((&cached[1], dirty), (&(b"p/b".to_vec(), 2), true));
+        cache.put(b"p/".to_vec(), cached, dirty);
         assert_eq!(store.scan(b"p/", b"p0").unwrap().len(), 2);
         cache.flush(&store).unwrap();
         assert_eq!(
@@ -132,14 +142,18 @@ mod tests {
                 (b"p/b".to_vec(), 2i64.to_le_bytes().to_vec())
             ]
         );
-        // A forgotten partition writes nothing; a tiny budget empties the cache.
-        cache.set(b"p/", Vec::new());
+        // A forgotten partition writes nothing.
+        cache.put(b"p/".to_vec(), Vec::new(), true);
         cache.forget(b"p/");
         cache.flush(&store).unwrap();
         assert_eq!(store.scan(b"p/", b"p0").unwrap().len(), 2);
-        cache.top(b"q/", || Ok(Vec::new())).unwrap();
+        assert_eq!(cache.bytes, 0);
+        // A tiny budget writes the changes and empties the cache.
+        cache.put(b"p/".to_vec(), vec![(b"p/z".to_vec(), 1)], true);
+        cache.put(b"q/".to_vec(), Vec::new(), false);
         cache.budget = 1;
         cache.trim(&store).unwrap();
         assert!(cache.parts.is_empty());
+        assert_eq!(store.scan(b"p/", b"p0").unwrap().len(), 1);
     }
 }
