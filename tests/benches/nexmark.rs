@@ -3,8 +3,10 @@
 //!
 //! - each query over `WEIR_BENCH_EVENTS` events (default 10,000,000; events count persons,
 //!   auctions and bids together, as Flink's `nexmark.events.num`), exactly-once with 1 s
-//!   checkpoints (`WEIR_BENCH_DELIVERY=at_least_once` or `both` for the other delivery), at
-//!   parallelism `WEIR_BENCH_PARALLELISM` (default 2), with as many source partitions;
+//!   checkpoints (`WEIR_BENCH_CHECKPOINT=100ms` for another interval;
+//!   `WEIR_BENCH_DELIVERY=at_least_once` or `both` for the other delivery), at
+//!   parallelism `WEIR_BENCH_PARALLELISM` (default 2), with as many source partitions, and
+//!   the session's `memory_budget` (`WEIR_BENCH_BUDGET=64MB` for another);
 //! - from two sources (`WEIR_BENCH_SOURCE=file`, `generator` or `both`, the default): "file"
 //!   reads events files the bench writes once (Arrow IPC, the source's `events_file` option,
 //!   decoded in place from the mapped file), so the query is timed without the generator;
@@ -172,7 +174,10 @@ fn child(query: &str, delivery: &str, events: usize, parallelism: usize, source:
     for t in tables {
         run(&mut s, &t.text);
     }
-    run(&mut s, "SET checkpoint_interval = '1s'");
+    run(
+        &mut s,
+        &format!("SET checkpoint_interval = '{}'", checkpoint_interval()),
+    );
     run(&mut s, "SET runtime_mode = 'streaming'");
     run(&mut s, &format!("SET delivery = '{delivery}'"));
     if let Ok(budget) = std::env::var("WEIR_BENCH_BUDGET") {
@@ -198,6 +203,11 @@ fn child(query: &str, delivery: &str, events: usize, parallelism: usize, source:
         m.rows_out,
         m.late_rows
     );
+}
+
+/// The checkpoint interval of every run: `WEIR_BENCH_CHECKPOINT` (e.g. `100ms`), else 1 s.
+fn checkpoint_interval() -> String {
+    std::env::var("WEIR_BENCH_CHECKPOINT").unwrap_or_else(|_| "1s".into())
 }
 
 struct Figures {
@@ -391,12 +401,15 @@ fn main() {
                 let row = vec![
                     q.to_string(),
                     source.to_string(),
-                    if delivery == "exactly_once" {
-                        "EO 1s ckpt"
-                    } else {
-                        "ALO 1s ckpt"
-                    }
-                    .to_string(),
+                    format!(
+                        "{} {} ckpt",
+                        if delivery == "exactly_once" {
+                            "EO"
+                        } else {
+                            "ALO"
+                        },
+                        checkpoint_interval()
+                    ),
                     format!("{eps:.0}"),
                     format!("{:.0}", pick(|f| f.per_core)),
                     format!("{:.2}", pick(|f| f.cores)),

@@ -16,8 +16,10 @@ use crate::state::{prefix_end, ChunkedWrites, StateBackend};
 /// A partition's top rows: (store key, count), in rank order.
 pub(super) type Top = Vec<(Vec<u8>, i64)>;
 
-/// Bytes a cached partition or row costs besides its keys, roughly.
-const OVERHEAD: usize = 48;
+/// Bytes the map spends on a partition's entry (key, list and flag, at hashbrown's load
+/// factor) and an allocation besides its bytes (mimalloc's size classes), roughly.
+const ENTRY: usize = 72;
+const ALLOCATION: usize = 16;
 
 /// Cached partitions by their rows' key prefix (see the module doc).
 pub(super) struct TopCache {
@@ -26,8 +28,19 @@ pub(super) struct TopCache {
     budget: usize,
 }
 
+/// What a cached partition costs: its entry, prefix, list and each row's key, allocations
+/// included (Nexmark q18 caches millions of one-row partitions, where the fixed costs are
+/// most of it).
 fn size(prefix: &[u8], top: &Top) -> usize {
-    OVERHEAD + prefix.len() + top.iter().map(|(k, _)| OVERHEAD + k.len()).sum::<usize>()
+    ENTRY
+        + ALLOCATION
+        + prefix.len()
+        + ALLOCATION
+        + top.capacity() * std::mem::size_of::<(Vec<u8>, i64)>()
+        + top
+            .iter()
+            .map(|(k, _)| ALLOCATION + k.capacity())
+            .sum::<usize>()
 }
 
 impl TopCache {
