@@ -100,7 +100,14 @@ enum Command {
 
 fn main() -> ExitCode {
     return_freed_memory_at_once();
-    let cli = Cli::parse();
+    let code = run(Cli::parse());
+    // The session and its jobs are gone: close the views' stores before the process's
+    // statics are torn down.
+    weir_engine::state::RocksDbStateBackend::close_all_shared();
+    code
+}
+
+fn run(cli: Cli) -> ExitCode {
     let mut config = SessionConfig {
         data_dir: cli.data_dir.clone(),
         ..SessionConfig::default()

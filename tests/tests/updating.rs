@@ -448,8 +448,10 @@ fn an_updating_view_and_changelog_sink_survive_kills_and_rescaling() {
             .unwrap();
         assert!(
             got.status.success(),
-            "{}",
-            String::from_utf8_lossy(&got.stderr)
+            "reading {view}: {:?}\nstderr: {}\nstdout: {}",
+            got.status,
+            String::from_utf8_lossy(&got.stderr),
+            String::from_utf8_lossy(&got.stdout)
         );
         let mut rows = csv_rows(&String::from_utf8_lossy(&got.stdout), true);
         rows.sort();
