@@ -10,6 +10,7 @@ pub mod emit_order;
 pub mod group_aggregate;
 pub mod interval_join;
 pub mod limit;
+pub mod local_aggregate;
 pub mod session_window;
 pub mod sort;
 pub mod stream_join;
@@ -31,11 +32,14 @@ pub use emit_order::EmitOrderSpec;
 pub use group_aggregate::{GroupAggregateSpec, UpdatingAggKind, UpdatingAggregate};
 pub use interval_join::{IntervalJoinSpec, IntervalSide};
 pub use limit::LimitSpec;
+pub use local_aggregate::LocalAggregateSpec;
 pub use session_window::SessionWindowSpec;
 pub use sort::SortSpec;
 pub use stream_join::{StreamJoinSide, StreamJoinSpec};
 pub use top_n::TopNSpec;
-pub use window_aggregate::{GroupColumn, WindowAggregateOperator, WindowAggregateSpec};
+pub use window_aggregate::{
+    AggregateInput, GroupColumn, WindowAggregateOperator, WindowAggregateSpec,
+};
 pub use window_assign::WindowAssignSpec;
 pub use window_join::{JoinKind, JoinSide, WindowJoinSpec};
 pub use window_top_n::WindowTopNSpec;

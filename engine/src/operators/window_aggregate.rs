@@ -18,6 +18,10 @@
 //!   store holds the whole state of the epoch; the runtime then checkpoints the store.
 //! - restore: the stored parts are the state; with a changed parallelism only the groups
 //!   whose key routes to this instance are kept.
+//! - two phases ([`WindowAggregateSpec::split`]): behind an exchange, the input may be the
+//!   partial states a [`LocalAggregateSpec`] made before it (keys, window, each aggregate's
+//!   state columns, as Flink's local-global aggregation and DataFusion's partial/final);
+//!   they are merged into the window's groups instead of accumulated.
 
 use std::sync::Arc;
 
@@ -27,6 +31,7 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{GroupsAccumulatorAdapter, PhysicalExpr};
 use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
@@ -36,6 +41,7 @@ use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MAX};
 use crate::metrics::JobMetrics;
 use crate::operator::{Operator, Output};
+use crate::operators::local_aggregate::LocalAggregateSpec;
 use crate::operators::windowed::{buckets_for, hash_buckets};
 use crate::operators::windowed::{
     LaneState, OpenWindows, PartRoute, Run, WindowColumn, WindowContents,
@@ -51,6 +57,17 @@ pub enum GroupColumn {
     WindowEnd,
     /// `window_time`: the end less a millisecond.
     WindowTime,
+}
+
+/// What a window aggregation's input rows hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AggregateInput {
+    /// Rows: the aggregates' arguments and filters are evaluated on them.
+    #[default]
+    Rows,
+    /// Partial states from a [`LocalAggregateSpec`]: the group keys, then the window column
+    /// (when there is a window), then each aggregate's state columns. They are merged.
+    Partials,
 }
 
 /// The plan node of a window aggregation.
@@ -70,16 +87,14 @@ pub struct WindowAggregateSpec {
     /// Group columns then aggregates.
     pub output_schema: SchemaRef,
     pub description: String,
+    /// Rows, or partial states to merge (the final phase of [`Self::split`]).
+    pub input: AggregateInput,
 }
 
-impl OperatorFactory for WindowAggregateSpec {
-    fn describe(&self) -> String {
-        self.description.clone()
-    }
-
-    fn create(&self, task: &TaskInfo) -> Result<Box<dyn Operator>> {
-        let key_fields = self
-            .keys
+impl WindowAggregateSpec {
+    /// The fields of the group keys other than the window (`k0`, `k1`, ...).
+    fn key_fields(&self) -> Result<Vec<Field>> {
+        self.keys
             .iter()
             .enumerate()
             .map(|(i, k)| {
@@ -89,15 +104,134 @@ impl OperatorFactory for WindowAggregateSpec {
                     true,
                 ))
             })
-            .collect::<Result<Vec<_>>>()?;
-        let mut state_fields = key_fields.clone();
+            .collect()
+    }
+
+    /// Splits the aggregation into two phases: a [`LocalAggregateSpec`] that runs before the
+    /// keyed exchange, in the input's tasks, and emits partial states (keys, window column,
+    /// each aggregate's state columns); and a final aggregation behind the exchange that
+    /// merges them (its keys are the partial rows' first columns, its window the column after
+    /// them). Results are those of the one-phase aggregation; what crosses the exchange is
+    /// one row per group and window per flush of the local phase instead of every input row.
+    pub fn split(&self) -> Result<(LocalAggregateSpec, WindowAggregateSpec)> {
+        if self.input == AggregateInput::Partials {
+            return Err(EngineError::Internal(
+                "a final aggregation cannot be split again".into(),
+            ));
+        }
+        let mut fields = self.key_fields()?;
+        let keys = fields.len();
+        if let Some(window) = self.window {
+            fields.push(self.input_schema.field(window.index).clone());
+        }
+        for agg in &self.aggregates {
+            fields.extend(agg.state_fields()?.iter().map(|f| f.as_ref().clone()));
+        }
+        let partial_schema: SchemaRef = Arc::new(Schema::new(fields));
+        let aggregates = self
+            .aggregates
+            .iter()
+            .map(|a| a.name().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let local = LocalAggregateSpec {
+            aggregate: self.clone(),
+            output_schema: Arc::clone(&partial_schema),
+            description: format!(
+                "LocalAggregate: partial [{aggregates}] per window and key, before the exchange"
+            ),
+        };
+        let merged = WindowAggregateSpec {
+            input_schema: partial_schema,
+            keys: (0..keys)
+                .map(|i| Arc::new(Column::new(&format!("k{i}"), i)) as Arc<dyn PhysicalExpr>)
+                .collect(),
+            window: self.window.map(|w| WindowColumn::new(keys, w.bound)),
+            filters: vec![None; self.aggregates.len()],
+            description: format!("{} (merging partial states)", self.description),
+            input: AggregateInput::Partials,
+            ..self.clone()
+        };
+        Ok((local, merged))
+    }
+
+    /// The keys, the aggregates' arguments and their filters, evaluated on `batch`; for
+    /// partial states, the key columns and each aggregate's `state_widths` state columns.
+    pub(crate) fn evaluate(
+        &self,
+        batch: &RecordBatch,
+        state_widths: &[usize],
+    ) -> Result<Evaluated> {
+        let n = batch.num_rows();
+        if self.input == AggregateInput::Partials {
+            let keys = self.keys.len();
+            let mut at = keys + usize::from(self.window.is_some());
+            let columns = batch.columns();
+            if columns.len() != at + state_widths.iter().sum::<usize>() {
+                return Err(EngineError::Internal(format!(
+                    "partial states with {} columns, expected {}",
+                    columns.len(),
+                    at + state_widths.iter().sum::<usize>()
+                )));
+            }
+            let args = state_widths
+                .iter()
+                .map(|w| {
+                    at += w;
+                    columns[at - w..at].to_vec()
+                })
+                .collect();
+            return Ok(Evaluated {
+                rows: n,
+                keys: columns[..keys].to_vec(),
+                args,
+                filters: vec![None; self.aggregates.len()],
+            });
+        }
+        let eval = |e: &Arc<dyn PhysicalExpr>| e.evaluate(batch).and_then(|v| v.into_array(n));
+        Ok(Evaluated {
+            rows: n,
+            keys: self.keys.iter().map(eval).collect::<Result<_, _>>()?,
+            args: self
+                .aggregates
+                .iter()
+                .map(|a| {
+                    a.expressions()
+                        .iter()
+                        .map(eval)
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .collect::<Result<_, _>>()?,
+            filters: self
+                .filters
+                .iter()
+                .map(|f| f.as_ref().map(eval).transpose())
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// Group keys then each aggregate's state columns (the layout of a stored part), and the
+    /// number of state columns of each aggregate.
+    pub(crate) fn state_layout(&self) -> Result<(SchemaRef, Vec<usize>)> {
+        let mut state_fields = self.key_fields()?;
         let mut state_widths = Vec::with_capacity(self.aggregates.len());
         for agg in &self.aggregates {
             let fields = agg.state_fields()?;
             state_widths.push(fields.len());
             state_fields.extend(fields.iter().map(|f| f.as_ref().clone()));
         }
-        let state_schema: SchemaRef = Arc::new(Schema::new(state_fields));
+        Ok((Arc::new(Schema::new(state_fields)), state_widths))
+    }
+}
+
+impl OperatorFactory for WindowAggregateSpec {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn create(&self, task: &TaskInfo) -> Result<Box<dyn Operator>> {
+        let key_fields = self.key_fields()?;
+        let (state_schema, state_widths) = self.state_layout()?;
         let route = match (self.keys.len(), self.window) {
             (0, Some(window)) => PartRoute::Window(window.bound),
             (n, _) => PartRoute::Keys(n),
@@ -126,12 +260,14 @@ impl OperatorFactory for WindowAggregateSpec {
 }
 
 /// The groups and accumulators of one window.
-struct WindowGroups {
+pub(crate) struct WindowGroups {
     /// `None` when there are no keys besides the window: every row is group 0.
     groups: Option<Box<dyn GroupValues>>,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
     /// No row reached the accumulators yet.
     accumulators_unused: bool,
+    /// Updates merge partial states instead of accumulating rows.
+    merges: bool,
 }
 
 impl WindowContents for WindowGroups {
@@ -142,7 +278,7 @@ impl WindowContents for WindowGroups {
 }
 
 impl WindowGroups {
-    fn new(spec: &WindowAggregateSpec, key_schema: &SchemaRef) -> Result<Self> {
+    pub(crate) fn new(spec: &WindowAggregateSpec, key_schema: &SchemaRef) -> Result<Self> {
         let groups = if spec.keys.is_empty() {
             None
         } else {
@@ -169,10 +305,11 @@ impl WindowGroups {
             groups,
             accumulators,
             accumulators_unused: true,
+            merges: spec.input == AggregateInput::Partials,
         })
     }
 
-    fn num_groups(&self) -> usize {
+    pub(crate) fn num_groups(&self) -> usize {
         self.groups.as_ref().map_or(1, |g| g.len())
     }
 
@@ -188,12 +325,16 @@ impl WindowGroups {
         Ok(())
     }
 
-    /// Accumulates evaluated input rows.
-    fn update(&mut self, input: &Evaluated, group_ids: &mut Vec<usize>) -> Result<()> {
+    /// Accumulates evaluated input rows (merges them, when they are partial states).
+    pub(crate) fn update(&mut self, input: &Evaluated, group_ids: &mut Vec<usize>) -> Result<()> {
         self.intern(&input.keys, input.rows, group_ids)?;
         self.accumulators_unused = false;
         let total = self.num_groups();
         for (i, acc) in self.accumulators.iter_mut().enumerate() {
+            if self.merges {
+                acc.merge_batch(&input.args[i], group_ids, total)?;
+                continue;
+            }
             let filter: Option<&BooleanArray> =
                 input.filters[i].as_ref().and_then(|f| f.as_boolean_opt());
             acc.update_batch(&input.args[i], group_ids, filter, total)?;
@@ -222,7 +363,7 @@ impl WindowGroups {
 
     /// The partial state, as one batch of `state_schema` (consumes it); `None` when the window
     /// holds nothing (a global aggregate before its first row).
-    fn into_part(mut self, state_schema: &SchemaRef) -> Result<Option<RecordBatch>> {
+    pub(crate) fn into_part(mut self, state_schema: &SchemaRef) -> Result<Option<RecordBatch>> {
         let mut columns = match &mut self.groups {
             Some(g) => g.emit(EmitTo::All)?,
             None => Vec::new(),
@@ -258,8 +399,8 @@ pub struct WindowAggregateOperator {
 }
 
 /// The evaluated inputs of some rows: keys, aggregate arguments and filters.
-struct Evaluated {
-    rows: usize,
+pub(crate) struct Evaluated {
+    pub(crate) rows: usize,
     keys: Vec<ArrayRef>,
     args: Vec<Vec<ArrayRef>>,
     filters: Vec<Option<ArrayRef>>,
@@ -267,7 +408,7 @@ struct Evaluated {
 
 impl Evaluated {
     /// The rows of one run (slices of a range, without copying).
-    fn select(&self, run: &Run) -> Result<Self> {
+    pub(crate) fn select(&self, run: &Run) -> Result<Self> {
         Ok(Self {
             rows: run.len(),
             keys: run.arrays(&self.keys)?,
@@ -287,29 +428,7 @@ impl Evaluated {
 
 impl WindowAggregateOperator {
     fn evaluate(&self, batch: &RecordBatch) -> Result<Evaluated> {
-        let n = batch.num_rows();
-        let eval = |e: &Arc<dyn PhysicalExpr>| e.evaluate(batch).and_then(|v| v.into_array(n));
-        Ok(Evaluated {
-            rows: n,
-            keys: self.spec.keys.iter().map(eval).collect::<Result<_, _>>()?,
-            args: self
-                .spec
-                .aggregates
-                .iter()
-                .map(|a| {
-                    a.expressions()
-                        .iter()
-                        .map(eval)
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .collect::<Result<_, _>>()?,
-            filters: self
-                .spec
-                .filters
-                .iter()
-                .map(|f| f.as_ref().map(eval).transpose())
-                .collect::<Result<_, _>>()?,
-        })
+        self.spec.evaluate(batch, &self.state_widths)
     }
 
     fn update(&mut self, end: EventTime, input: &Evaluated) -> Result<()> {

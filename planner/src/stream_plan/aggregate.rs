@@ -11,8 +11,8 @@ use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggrega
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_engine::operators::{
-    ChangelogBufferSpec, GroupAggregateSpec, GroupColumn, UpdatingAggKind, UpdatingAggregate,
-    WindowAggregateSpec, WindowBound, WindowColumn, WindowEdge,
+    AggregateInput, ChangelogBufferSpec, GroupAggregateSpec, GroupColumn, UpdatingAggKind,
+    UpdatingAggregate, WindowAggregateSpec, WindowBound, WindowColumn, WindowEdge,
 };
 use weir_engine::{Partitioning, Stage, StageInput};
 
@@ -102,15 +102,33 @@ impl StreamPlanner<'_> {
                 exprs_text(&agg.group_expr),
                 exprs_text(&agg.aggr_expr)
             ),
+            input: AggregateInput::Rows,
         };
-        let stage = self.keyed_stage(
-            &input,
-            group_by.keys,
-            group_by.window,
-            &input_arrow,
-            "aggregate",
-        );
-        self.stages[stage].chain.push(Arc::new(spec));
+        let stage = if self.two_phase_pays(&input) {
+            // The local phase runs in the input's tasks; only partial states cross the
+            // exchange, keyed as the final phase reads them.
+            let (local, merged) = spec.split()?;
+            self.stages[input.stage].chain.push(Arc::new(local));
+            let stage = self.keyed_stage(
+                &input,
+                merged.keys.clone(),
+                merged.window,
+                &merged.input_schema,
+                "aggregate",
+            );
+            self.stages[stage].chain.push(Arc::new(merged));
+            stage
+        } else {
+            let stage = self.keyed_stage(
+                &input,
+                group_by.keys,
+                group_by.window,
+                &input_arrow,
+                "aggregate",
+            );
+            self.stages[stage].chain.push(Arc::new(spec));
+            stage
+        };
         Ok(Stream {
             stage,
             schema: agg.schema.clone(),
@@ -320,6 +338,15 @@ impl StreamPlanner<'_> {
             filters.push(lowered.filter);
         }
         Ok((aggregates, filters))
+    }
+
+    /// Whether a window aggregation over `input` runs in two phases (a local one in the
+    /// input's tasks, merged behind the exchange): when the input runs as several instances,
+    /// or when the plan's shape must not depend on the parallelism (a durable job, which may
+    /// be restored at another). Where its keys rarely repeat, the local phase notices and
+    /// passes each batch's partial states on at once.
+    fn two_phase_pays(&self, input: &Stream) -> bool {
+        self.fixed_shape || self.stages[input.stage].parallelism > 1
     }
 
     /// The stage of a keyed operator (an aggregate, a Top-N): behind a keyed exchange on

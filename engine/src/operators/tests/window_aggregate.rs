@@ -16,7 +16,7 @@ use crate::graph::Partitioning;
 use crate::message::EventTime;
 use crate::operators::harness::{int_rows, OperatorUnderTest, Rng};
 use crate::operators::windowed::{WindowBound, WindowColumn};
-use crate::operators::{GroupColumn, WindowAggregateSpec};
+use crate::operators::{AggregateInput, GroupColumn, WindowAggregateSpec};
 
 const SIZE: i64 = 10;
 
@@ -53,6 +53,17 @@ fn batch(rows: &[Row]) -> RecordBatch {
 /// window_end[, k]`, the window read from `window` (column 2 holds the start, 3 the end),
 /// routed as the planner routes it: by `k`, or without keys by the window column.
 fn aggregate(keyed: bool, window: WindowColumn) -> OperatorUnderTest {
+    let spec = aggregate_spec(keyed, window);
+    let route = if keyed {
+        col("k", 0)
+    } else {
+        col(spec.input_schema.field(window.index).name(), window.index)
+    };
+    OperatorUnderTest::new(spec, vec![Partitioning::Hash(vec![route])])
+}
+
+/// The plan node of [`aggregate`].
+fn aggregate_spec(keyed: bool, window: WindowColumn) -> WindowAggregateSpec {
     let schema = input_schema();
     let agg = |f, alias: &str| {
         Arc::new(
@@ -74,7 +85,7 @@ fn aggregate(keyed: bool, window: WindowColumn) -> OperatorUnderTest {
     }
     out.push(Field::new("n", DataType::Int64, false));
     out.push(Field::new("s", DataType::Int64, true));
-    let spec = WindowAggregateSpec {
+    WindowAggregateSpec {
         input_schema: Arc::clone(&schema),
         keys: if keyed { vec![col("k", 0)] } else { vec![] },
         window: Some(window),
@@ -83,13 +94,8 @@ fn aggregate(keyed: bool, window: WindowColumn) -> OperatorUnderTest {
         filters: vec![None, None],
         output_schema: Arc::new(Schema::new(out)),
         description: String::new(),
-    };
-    let route = if keyed {
-        col("k", 0)
-    } else {
-        col(schema.field(window.index).name(), window.index)
-    };
-    OperatorUnderTest::new(spec, vec![Partitioning::Hash(vec![route])])
+        input: AggregateInput::Rows,
+    }
 }
 
 fn by_end() -> WindowColumn {
@@ -276,6 +282,7 @@ fn a_global_aggregate_yields_its_row_over_no_input_across_a_restore() {
         filters: vec![None],
         output_schema: Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)])),
         description: String::new(),
+        input: AggregateInput::Rows,
     };
     let op = OperatorUnderTest::new(spec, vec![Partitioning::Single]);
     let mut h = op.start(1).unwrap();
@@ -332,4 +339,63 @@ fn a_window_larger_than_the_budget_fires_bucket_by_bucket_with_the_same_result()
     let mut got = int_rows(&got);
     got.sort();
     assert!(got == sorted_want, "the same after a restore");
+}
+
+/// Two phases: what the local phase emits for each step (after the step's rows, then at its
+/// watermark, the last step also its end), merged by the final phase — at one instance and
+/// across restores at other parallelisms — gives the one-phase result, from fewer rows.
+#[test]
+fn two_phases_give_the_one_phase_result_across_restores() {
+    for (keyed, window) in [(true, by_end()), (false, by_end()), (true, by_start())] {
+        let (local, merged) = aggregate_spec(keyed, window).split().unwrap();
+        let route = match (keyed, merged.window) {
+            (true, _) => col("k0", 0),
+            (false, Some(w)) => col(merged.input_schema.field(w.index).name(), w.index),
+            (false, None) => unreachable!(),
+        };
+        let merged = OperatorUnderTest::new(merged, vec![Partitioning::Hash(vec![route])]);
+        let local = OperatorUnderTest::new(local, vec![Partitioning::Single]);
+        let steps = events(13);
+        let (one_phase, _) = run(&aggregate(keyed, window), &steps, 1, &[], feed);
+        let one_phase = int_rows(&one_phase);
+        assert_eq!(one_phase, expected(&steps, keyed).0);
+
+        let mut h = local.start(1).unwrap();
+        let (mut rows_in, mut rows_out) = (0, 0);
+        let mut partials = Vec::new();
+        for (rows, w) in &steps.steps {
+            h.batch(0, batch(rows)).unwrap();
+            rows_in += rows.len();
+            let mut step = h.take_output();
+            h.watermark(*w).unwrap();
+            step.extend(h.take_output());
+            rows_out += step.iter().map(RecordBatch::num_rows).sum::<usize>();
+            partials.push((step, *w));
+        }
+        // Windows still open at the end of input: flushed at the end (the final phase
+        // then fires them at its own end).
+        h.end().unwrap();
+        let last = h.take_output();
+        rows_out += last.iter().map(RecordBatch::num_rows).sum::<usize>();
+        partials.last_mut().unwrap().0.extend(last);
+        assert!(
+            rows_out < rows_in / 2,
+            "keyed {keyed}: {rows_out} partial rows for {rows_in} rows"
+        );
+        let partials = Steps { steps: partials };
+        let feed_partials = |h: &mut crate::operators::harness::Harness, b: &[RecordBatch]| {
+            for b in b {
+                h.batch(0, b.clone()).unwrap();
+            }
+        };
+        let third = partials.len() / 3;
+        for (p, restarts) in [(1, vec![]), (2, vec![(third, 3), (2 * third, 1)])] {
+            let (out, _) = run(&merged, &partials, p, &restarts, feed_partials);
+            assert_eq!(
+                int_rows(&out),
+                one_phase,
+                "keyed {keyed}, {window:?}, p {p}"
+            );
+        }
+    }
 }
