@@ -52,6 +52,13 @@ pub struct LocalAggregateSpec {
 }
 
 impl OperatorFactory for LocalAggregateSpec {
+    /// Its buffer is bounded on its own ([`FLUSH_BYTES`]); a share of the budget would be
+    /// taken from the stateful tasks (q7's window join spilled when the source tasks, which
+    /// chain this operator, counted as stateful).
+    fn uses_memory_budget(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         self.description.clone()
     }
