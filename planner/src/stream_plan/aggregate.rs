@@ -104,31 +104,23 @@ impl StreamPlanner<'_> {
             ),
             input: AggregateInput::Rows,
         };
-        let stage = if self.two_phase_pays(&input) {
+        let spec = if self.two_phase_pays(&input) {
             // The local phase runs in the input's tasks; only partial states cross the
             // exchange, keyed as the final phase reads them.
             let (local, merged) = spec.split()?;
-            self.stages[input.stage].chain.push(Arc::new(local));
-            let stage = self.keyed_stage(
-                &input,
-                merged.keys.clone(),
-                merged.window,
-                &merged.input_schema,
-                "aggregate",
-            );
-            self.stages[stage].chain.push(Arc::new(merged));
-            stage
+            self.push(&input, Arc::new(local));
+            merged
         } else {
-            let stage = self.keyed_stage(
-                &input,
-                group_by.keys,
-                group_by.window,
-                &input_arrow,
-                "aggregate",
-            );
-            self.stages[stage].chain.push(Arc::new(spec));
-            stage
+            spec
         };
+        let stage = self.keyed_stage(
+            &input,
+            spec.keys.clone(),
+            spec.window,
+            &spec.input_schema,
+            "aggregate",
+        );
+        self.stages[stage].chain.push(Arc::new(spec));
         Ok(Stream {
             stage,
             schema: agg.schema.clone(),
