@@ -33,6 +33,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::error::{EngineError, Result};
 use crate::late_rows::{LateRows, BELOW_WATERMARK, NO_EVENT_TIME, WINDOW_CLOSED};
 use crate::message::{EventTime, WATERMARK_MIN};
+use crate::panes::Panes;
 use crate::window::{WindowSpec, WINDOW_TIME_BEFORE_END};
 
 /// What the planner asks of a source's event-time handling.
@@ -90,6 +91,11 @@ pub struct WindowAssignment {
     /// copied into the windows a row belongs to (a `NullArray` stands in, which costs
     /// nothing), so HOP's copies carry only what the query uses.
     pub unused: Vec<usize>,
+    /// HOP in panes ([`crate::panes`]): each row goes out once, its window columns holding
+    /// its pane code as `window_start` and the code plus the pane as `window_end` (the bounds
+    /// of a pane-long window), instead of once per window. Only for an aggregation that
+    /// combines the panes into windows.
+    pub panes: Option<Panes>,
 }
 
 /// What [`EventTimeAssigner::assign`] returns for one batch.
@@ -327,6 +333,21 @@ impl EventTimeAssigner {
                 buckets[0].push(i as u32, wm, t.saturating_add(gap));
                 continue;
             }
+            if let Some(panes) = window.panes {
+                match panes.code(t, wm) {
+                    Some(code) => {
+                        buckets[0].push(i as u32, code, code.saturating_add(panes.pane()))
+                    }
+                    None if spec.covers(t) => {
+                        late_rows += 1;
+                        if self.spec.keep_late {
+                            late.push(i, wm, WINDOW_CLOSED);
+                        }
+                    }
+                    None => {}
+                }
+                continue;
+            }
             let mut rank = 0;
             let n = spec.for_each_open_window(t, wm, |start, end| {
                 if buckets.len() <= rank {
@@ -496,6 +517,7 @@ mod tests {
                 spec,
                 output_schema: Arc::new(Schema::new(fields)),
                 unused: vec![],
+                panes: None,
             }),
             out_of_bound: None,
             keep_late: true,

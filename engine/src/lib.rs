@@ -22,6 +22,7 @@ pub mod message;
 pub mod metrics;
 pub mod operator;
 pub mod operators;
+pub mod panes;
 pub mod runtime;
 pub mod source;
 pub mod state;

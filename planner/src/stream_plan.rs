@@ -26,6 +26,7 @@ use datafusion::physical_expr::{create_physical_expr, create_physical_sort_exprs
 use weir_engine::operators::{
     CalcOperator, EmitOrderSpec, LimitSpec, SortSpec, WindowBound, WindowColumn, WindowEdge,
 };
+use weir_engine::panes::Panes;
 use weir_engine::{JobGraph, OperatorFactory, Partitioning, Stage, StageInput};
 
 use weir_connectors::sinks::LateRowsTable;
@@ -39,6 +40,7 @@ mod aggregate;
 mod interval;
 mod interval_join;
 mod join;
+mod panes;
 mod source;
 mod stream_join;
 mod top_n;
@@ -66,6 +68,9 @@ struct Stream {
     /// has at most one row at a time), when the planner knows them: GROUP BY keys, Top-N
     /// partition keys and row number. Consumers may then apply changes by key (upserts).
     unique_key: Option<Vec<usize>>,
+    /// The stream's rows are a HOP source's in panes ([`panes`]): its window columns hold
+    /// pane codes and bounds, for the aggregation above to combine into windows.
+    panes: Option<Panes>,
 }
 
 /// Why a GROUP BY's result is updating, for error messages.
@@ -82,6 +87,10 @@ pub struct StreamPlanner<'a> {
     fixed_shape: bool,
     /// How many scans of the plan read each source (see [`source_key`]).
     scans: HashMap<String, usize>,
+    /// Window aggregations that can run in panes ([`panes::pane_aggregate`]), by source key.
+    pane_aggregates: HashMap<String, usize>,
+    /// HOP sources whose every scan feeds such an aggregation: they run in panes.
+    paned: HashMap<String, Panes>,
     /// Source stages read by several scans, by source key.
     shared: HashMap<String, usize>,
     /// Scans feeding an interval join ([`interval::judged_scans`]).
@@ -189,6 +198,8 @@ impl<'a> StreamPlanner<'a> {
             stages: Vec::new(),
             fixed_shape: false,
             scans: HashMap::new(),
+            pane_aggregates: HashMap::new(),
+            paned: HashMap::new(),
             shared: HashMap::new(),
             judged: Default::default(),
             read: HashMap::new(),
@@ -280,12 +291,26 @@ impl<'a> StreamPlanner<'a> {
     fn count_scans(&mut self, plan: &LogicalPlan) {
         self.judged = interval::judged_scans(plan, self.catalog);
         self.count_plan_scans(plan);
+        // Early results need every window's rows as they come, not panes.
+        let candidates = std::mem::take(&mut self.paned);
+        if !self.modes.early_fire {
+            self.paned = candidates
+                .into_iter()
+                .filter(|(key, _)| self.pane_aggregates.get(key) == self.scans.get(key))
+                .collect();
+        }
     }
 
     /// [`Self::count_scans`] of `plan`, and of the views windowed in it (planned in its place).
     fn count_plan_scans(&mut self, plan: &LogicalPlan) {
         let mut views = Vec::new();
         let _ = plan.apply(|node| {
+            if let LogicalPlan::Aggregate(agg) = node {
+                if let Some((key, panes)) = panes::pane_aggregate(agg, self.catalog) {
+                    *self.pane_aggregates.entry(key.clone()).or_default() += 1;
+                    self.paned.insert(key, panes);
+                }
+            }
             if let LogicalPlan::TableScan(scan) = node {
                 if let Some(source) = scan.source.as_ref().downcast_ref::<StreamTableSource>() {
                     if let crate::context::ScanKind::Window(w) = &source.kind {

@@ -393,6 +393,109 @@ fn hop_matches_batch_sql() {
     }
 }
 
+/// HOP aggregations in panes (each row aggregated once into its pane, windows combined from
+/// panes when they fire) in the shapes the planner allows: no group key besides the window
+/// (panes turn into windows before the exchange), grouping by `window_end` or `window_time`
+/// alone, a filter and a projection between the window and the GROUP BY. Partially late rows
+/// (some of their windows fired) count only in their open windows, as in the reference.
+#[test]
+fn hop_in_panes_matches_batch_sql() {
+    for seed in 700..708 {
+        let (slide, size) = [(2, 10), (3, 7), (1, 3), (4, 6)][seed as usize % 4];
+        let hop = format!("HOP(t, ts, INTERVAL '{slide}' SECOND, INTERVAL '{size}' SECOND)");
+        let bin =
+            format!("date_bin(INTERVAL '{slide} seconds', ts, TIMESTAMP '1970-01-01 00:00:00')");
+        let copies = (size + slide - 1) / slide;
+        let expanded: Vec<String> = (0..copies)
+            .map(|i| {
+                format!(
+                    "SELECT *, {bin} - INTERVAL '{} seconds' AS window_start FROM ref",
+                    i * slide
+                )
+            })
+            .collect();
+        let windowed = format!(
+            "(SELECT *, window_end - INTERVAL '1 millisecond' AS window_time FROM (
+                SELECT *, window_start + INTERVAL '{size} seconds' AS window_end FROM ({}))
+              WHERE ts < window_end AND window_end > wprev)",
+            expanded.join(" UNION ALL ")
+        );
+        let (weir, reference) = match seed % 3 {
+            0 => (
+                format!("SELECT window_end, count(*), sum(v), max(v), count(DISTINCT k) FROM {hop} GROUP BY window_end"),
+                format!("SELECT window_end, count(*), sum(v), max(v), count(DISTINCT k) FROM {windowed} GROUP BY window_end"),
+            ),
+            1 => (
+                format!("SELECT window_time, k, count(*), min(v) FROM {hop} WHERE v > 100 GROUP BY window_time, k"),
+                format!("SELECT window_time, k, count(*), min(v) FROM {windowed} WHERE v > 100 GROUP BY window_time, k"),
+            ),
+            _ => (
+                format!(
+                    "SELECT ws, we, key, avg(w2), count(*) FROM (
+                       SELECT window_start AS ws, window_end AS we, upper(k) AS key, v * 2 AS w2 FROM {hop})
+                     GROUP BY ws, we, key"
+                ),
+                format!("SELECT window_start, window_end, upper(k), avg(v * 2), count(*) FROM {windowed} GROUP BY window_start, window_end, upper(k)"),
+            ),
+        };
+        let late = format!(
+            "SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"
+        );
+        check_sql(seed, &weir, &reference, &late);
+    }
+}
+
+/// The planner uses panes only where nothing but the aggregation sees a pane's window
+/// columns: not under a filter on them, and not when another scan of the same HOP reads the
+/// windows' rows themselves.
+#[test]
+fn hop_panes_only_where_the_aggregation_alone_reads_the_windows() {
+    let mut s = session(2);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("t.csv"),
+        "id,k,v,ts\n1,a,5,2024-01-01T00:00:01\n",
+    )
+    .unwrap();
+    execute(
+        &mut s,
+        &format!(
+            "CREATE TABLE t (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+               WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+             WITH (connector = 'file', path = '{}', header = 'true')",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let hop = "HOP(t, ts, INTERVAL '2' SECOND, INTERVAL '10' SECOND)";
+    let cases = [
+        (format!("SELECT k, window_end, count(*) FROM {hop} GROUP BY k, window_end"), true),
+        (format!("SELECT window_start, sum(v) FROM {hop} WHERE v > 3 GROUP BY window_start"), true),
+        (
+            format!("SELECT k, window_end, count(*) FROM {hop} WHERE window_end > TIMESTAMP '2024-01-01 00:00:00' GROUP BY k, window_end"),
+            false,
+        ),
+        (
+            format!("SELECT k, count(*), max(window_start) FROM {hop} GROUP BY k, window_end"),
+            false,
+        ),
+        (
+            format!(
+                "SELECT window_end, count(*) AS n FROM {hop} GROUP BY window_end
+                 UNION ALL SELECT window_end, v FROM {hop}"
+            ),
+            false,
+        ),
+    ];
+    for (sql, paned) in cases {
+        let text = common::query_sorted(&mut s, &format!("EXPLAIN {sql}"))
+            .concat()
+            .join("\n");
+        assert_eq!(text.contains("in panes of 2s"), paned, "{sql}: {text}");
+        assert_eq!(text.contains("PaneWindows"), paned, "{sql}: {text}");
+    }
+}
+
 #[test]
 fn cumulate_matches_batch_sql() {
     for seed in 200..210 {

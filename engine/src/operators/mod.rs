@@ -11,6 +11,7 @@ pub mod group_aggregate;
 pub mod interval_join;
 pub mod limit;
 pub mod local_aggregate;
+pub mod pane_windows;
 pub mod session_window;
 pub mod sort;
 pub mod stream_join;
@@ -33,6 +34,7 @@ pub use group_aggregate::{GroupAggregateSpec, UpdatingAggKind, UpdatingAggregate
 pub use interval_join::{IntervalJoinSpec, IntervalSide};
 pub use limit::LimitSpec;
 pub use local_aggregate::LocalAggregateSpec;
+pub use pane_windows::PaneWindowsSpec;
 pub use session_window::SessionWindowSpec;
 pub use sort::SortSpec;
 pub use stream_join::{StreamJoinSide, StreamJoinSpec};

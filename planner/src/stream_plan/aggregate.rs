@@ -3,21 +3,21 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::DataType;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{Aggregate, Expr};
 use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggregateBuilder};
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_engine::operators::{
-    AggregateInput, ChangelogBufferSpec, GroupAggregateSpec, GroupColumn, UpdatingAggKind,
-    UpdatingAggregate, WindowAggregateSpec, WindowBound, WindowColumn, WindowEdge,
+    AggregateInput, ChangelogBufferSpec, GroupAggregateSpec, GroupColumn, PaneWindowsSpec,
+    UpdatingAggKind, UpdatingAggregate, WindowAggregateSpec, WindowBound, WindowColumn, WindowEdge,
 };
+use weir_engine::panes::Panes;
 use weir_engine::{Partitioning, Stage, StageInput};
 
 use super::{arrow_schema, batch_schema, exprs_text, Stream, StreamPlanner};
-use crate::error::Result;
+use crate::error::{PlanError, Result};
 use crate::{invalid, not_supported};
 
 /// Why an early-fire window aggregate's result is updating, for error messages.
@@ -57,6 +57,12 @@ impl StreamPlanner<'_> {
         }
         let input_arrow = arrow_schema(&input.schema);
         let mut group_by = self.group_by(agg, &input)?;
+        if input.panes.is_some() && (group_by.window.is_none() || self.modes.early_fire) {
+            return Err(PlanError::Internal(format!(
+                "HOP rows in panes reached an aggregation that does not combine them: {}",
+                exprs_text(&agg.group_expr)
+            )));
+        }
         if group_by.window.is_none()
             && (!input.bounded || input.updating.is_some() || self.modes.streaming)
         {
@@ -104,6 +110,9 @@ impl StreamPlanner<'_> {
             ),
             input: AggregateInput::Rows,
         };
+        if let Some(panes) = input.panes {
+            return self.plan_pane_aggregate(agg, spec, input, panes, group_by.out_windows);
+        }
         let spec = if self.two_phase_pays(&input) {
             // The local phase runs in the input's tasks; only partial states cross the
             // exchange, keyed as the final phase reads them.
@@ -130,6 +139,91 @@ impl StreamPlanner<'_> {
             unordered: true,
             updating: None,
             unique_key: None,
+            panes: None,
+        })
+    }
+
+    /// A HOP aggregation over rows in panes ([`weir_engine::panes`]): `spec` aggregates the
+    /// rows per pane in the input's tasks (its local phase), a [`PaneWindowsSpec`] turns each
+    /// pane's partial states into those of the windows holding it, and the final phase merges
+    /// them per window. With group keys, pane partials cross the keyed exchange (one copy per
+    /// pane, not per window); without, windows are spread over instances, so the panes turn
+    /// into windows before the exchange.
+    fn plan_pane_aggregate(
+        &mut self,
+        agg: &Aggregate,
+        spec: WindowAggregateSpec,
+        input: Stream,
+        panes: Panes,
+        out_windows: Vec<Option<WindowBound>>,
+    ) -> Result<Stream> {
+        let (local, merged) = spec.split()?;
+        let keys = merged.keys.len();
+        let pane_column = merged
+            .window
+            .ok_or_else(|| PlanError::Internal("a pane aggregation without a window".into()))?;
+        let mut fields: Vec<Field> = local
+            .output_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields[keys] = Field::new(
+            "window_end",
+            DataType::Timestamp(TimeUnit::Nanosecond, None),
+            false,
+        );
+        let windows_schema: SchemaRef = Arc::new(Schema::new(fields));
+        let to_windows = Arc::new(PaneWindowsSpec {
+            panes,
+            column: pane_column,
+            output_schema: Arc::clone(&windows_schema),
+            description: format!(
+                "PaneWindows: each pane's partial states into the {} windows holding it",
+                panes.size() / panes.pane()
+            ),
+        });
+        let merged = WindowAggregateSpec {
+            input_schema: Arc::clone(&windows_schema),
+            window: Some(WindowColumn::new(keys, WindowBound::end(panes.size()))),
+            ..merged
+        };
+        self.push(&input, Arc::new(local));
+        let stage = if keys > 0 {
+            let stage = self.keyed_stage(
+                &input,
+                merged.keys.clone(),
+                None,
+                &windows_schema,
+                "aggregate",
+            );
+            self.stages[stage].chain.push(to_windows);
+            stage
+        } else {
+            self.push(&input, to_windows);
+            self.keyed_stage(&input, vec![], merged.window, &windows_schema, "aggregate")
+        };
+        self.stages[stage].chain.push(Arc::new(merged));
+        let columns = out_windows.len();
+        Ok(Stream {
+            stage,
+            schema: agg.schema.clone(),
+            // The result's window columns are the HOP windows', not the panes'.
+            windows: out_windows
+                .into_iter()
+                .map(|w| {
+                    w.map(|b| WindowBound {
+                        size: panes.size(),
+                        ..b
+                    })
+                })
+                .collect(),
+            rowtime: vec![false; columns],
+            bounded: input.bounded,
+            unordered: true,
+            updating: None,
+            unique_key: None,
+            panes: None,
         })
     }
 
@@ -205,6 +299,7 @@ impl StreamPlanner<'_> {
             }),
             // One row per group: the group columns come first.
             unique_key: Some((0..groups).collect()),
+            panes: None,
         })
     }
 

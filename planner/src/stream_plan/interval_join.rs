@@ -121,6 +121,7 @@ impl StreamPlanner<'_> {
             unordered: true,
             updating: None,
             unique_key: None,
+            panes: None,
         }))
     }
 }
@@ -156,7 +157,7 @@ fn bounds(c: &IntervalCondition) -> Result<(i64, i64)> {
 }
 
 /// Nanoseconds in the largest unit that shows them exactly (`-1500ms`, `10s`, `1ns`).
-fn duration_text(nanos: i64) -> String {
+pub(super) fn duration_text(nanos: i64) -> String {
     let units = [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")];
     match units.iter().find(|(n, _)| nanos % n == 0) {
         Some((n, unit)) => format!("{}{unit}", nanos / n),

@@ -96,6 +96,7 @@ impl StreamPlanner<'_> {
             unordered: true,
             updating: None,
             unique_key: None,
+            panes: None,
         })
     }
 

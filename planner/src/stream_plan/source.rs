@@ -212,6 +212,7 @@ impl StreamPlanner<'_> {
         Ok(Stream {
             rowtime: vec![false; windows.len()],
             windows,
+            panes: None,
             ..inner
         })
     }
@@ -313,16 +314,34 @@ impl StreamPlanner<'_> {
             }
         }
         let mut windows = vec![None; def.schema.fields().len()];
+        let panes = window
+            .as_ref()
+            .and_then(|_| self.paned.get(&source_key(source, false)).copied());
         let assignment = match &window {
             Some(w) => {
-                text.push(format!("WindowAssign: {}", w.text));
                 // CUMULATE's windows of a period share their start: only window_end tells
-                // them apart, and window_start is a plain column.
-                let size = w.spec.size();
+                // them apart, and window_start is a plain column. In panes, the window
+                // columns are a pane's.
+                let size = match panes {
+                    Some(p) => {
+                        text.push(format!(
+                            "WindowAssign: {} in panes of {}",
+                            w.text,
+                            super::interval_join::duration_text(p.pane())
+                        ));
+                        p.pane()
+                    }
+                    None => {
+                        text.push(format!("WindowAssign: {}", w.text));
+                        w.spec.size()
+                    }
+                };
                 windows.push(w.spec.fixed_size().then(|| WindowBound::start(size)));
                 windows.push(Some(WindowBound::end(size)));
                 windows.push(Some(WindowBound::time(size)));
-                Some(self.window_assignment(source, w, def.schema.fields().len()))
+                let mut assignment = self.window_assignment(source, w, def.schema.fields().len());
+                assignment.panes = panes;
+                Some(assignment)
             }
             None => None,
         };
@@ -385,6 +404,7 @@ impl StreamPlanner<'_> {
             unordered: false,
             updating: None,
             unique_key: None,
+            panes,
         })
     }
 
@@ -461,6 +481,7 @@ impl StreamPlanner<'_> {
             spec: window.spec,
             output_schema: Arc::new(Schema::new(fields)),
             unused,
+            panes: None,
         }
     }
 }

@@ -81,6 +81,7 @@ impl StreamPlanner<'_> {
             unordered: true,
             updating: updating.then_some(why),
             unique_key: join_unique_key(kind, left, right, keys),
+            panes: None,
         })
     }
 }

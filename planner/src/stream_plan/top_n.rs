@@ -126,6 +126,7 @@ impl StreamPlanner<'_> {
             unordered: true,
             updating: None,
             unique_key: None,
+            panes: None,
         })
     }
 }
@@ -212,6 +213,7 @@ impl StreamPlanner<'_> {
             unordered: true,
             updating: updating.then_some(input.updating.unwrap_or(UPDATING_TOP_N)),
             unique_key,
+            panes: None,
         })
     }
 }

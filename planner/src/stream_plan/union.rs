@@ -103,6 +103,7 @@ impl StreamPlanner<'_> {
             unordered: true,
             updating,
             unique_key: None,
+            panes: None,
         })
     }
 
