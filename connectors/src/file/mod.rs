@@ -193,6 +193,7 @@ impl FileSourceFactory {
             skip_header: position.offset == 0
                 && matches!(self.format, FileFormat::Csv { header: true, .. }),
             records,
+            recs: records::Records::default(),
             skipped: 0,
             rate: RateLimit::new(self.rate),
         })
@@ -269,11 +270,45 @@ pub struct FileReader {
     spec: FileSourceFactory,
     skip_header: bool,
     records: RecordReader,
+    /// The records of the batch being read (its buffers kept from batch to batch).
+    recs: records::Records,
     skipped: u64,
     rate: RateLimit,
 }
 
 impl FileReader {
+    /// The batch of records just read (`more`: whether any were); `None` at end of file.
+    fn decode(
+        &mut self,
+        recs: &mut records::Records,
+        more: bool,
+    ) -> EngineResult<Option<RecordBatch>> {
+        if !more {
+            return Ok(None);
+        }
+        self.rate.took(recs.len());
+        if self.skip_header && !recs.is_empty() {
+            self.skip_header = false;
+            let (_, end, _) = recs.spans.remove(0);
+            recs.data.drain(..end);
+            for span in recs.spans.iter_mut() {
+                span.0 -= end;
+                span.1 -= end;
+            }
+        }
+        if recs.is_empty() {
+            return Ok(Some(RecordBatch::new_empty(self.spec.schema.clone())));
+        }
+        match self
+            .spec
+            .format
+            .decode(&self.spec.schema, &recs.data, recs.len())
+        {
+            Ok(b) => Ok(Some(b)),
+            Err(_) => self.decode_slowly(recs).map(Some),
+        }
+    }
+
     /// Decodes records one by one: the bad ones fail the query or are skipped.
     fn decode_slowly(&mut self, recs: &records::Records) -> EngineResult<RecordBatch> {
         let mut good = Vec::new();
@@ -341,29 +376,12 @@ impl SourceReader for FileReader {
             }
             // The header line is not a row: read one record more for the first batch.
             let header = usize::from(self.skip_header);
-            let Some(mut recs) = self.records.next_records(want + header)? else {
+            let mut recs = std::mem::take(&mut self.recs);
+            let more = self.records.next_records(want + header, &mut recs);
+            let batch = more.and_then(|more| self.decode(&mut recs, more));
+            self.recs = recs;
+            let Some(batch) = batch? else {
                 return Ok(SourcePoll::Exhausted);
-            };
-            self.rate.took(recs.len());
-            if self.skip_header && !recs.is_empty() {
-                self.skip_header = false;
-                let (_, end, _) = recs.spans.remove(0);
-                recs.data.drain(..end);
-                for span in recs.spans.iter_mut() {
-                    span.0 -= end;
-                    span.1 -= end;
-                }
-            }
-            if recs.is_empty() {
-                continue;
-            }
-            let batch = match self
-                .spec
-                .format
-                .decode(&self.spec.schema, &recs.data, recs.len())
-            {
-                Ok(b) => b,
-                Err(_) => self.decode_slowly(&recs)?,
             };
             if batch.num_rows() > 0 {
                 return Ok(SourcePoll::Batch(batch));

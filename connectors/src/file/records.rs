@@ -54,6 +54,8 @@ pub struct RecordReader {
     eof: bool,
     /// CSV: a newline inside double quotes does not end a record.
     quote_aware: bool,
+    /// Bytes read at a time.
+    chunk: usize,
 }
 
 impl RecordReader {
@@ -70,6 +72,7 @@ impl RecordReader {
             position,
             eof: false,
             quote_aware,
+            chunk: READ_CHUNK,
         })
     }
 
@@ -78,37 +81,32 @@ impl RecordReader {
         self.position
     }
 
+    /// Reads up to `chunk` more bytes into `buf`'s spare room (not zeroed first).
     fn fill(&mut self) -> Result<()> {
-        let start = self.buf.len();
-        self.buf.resize(start + READ_CHUNK, 0);
-        let n = self
-            .file
-            .read(&mut self.buf[start..])
-            .map_err(|e| EngineError::io(format!("cannot read '{}'", self.path.display()), e));
-        let n = match n {
-            Ok(n) => n,
-            Err(e) => {
-                self.buf.truncate(start);
-                return Err(e);
-            }
-        };
-        self.buf.truncate(start + n);
+        let n = (&mut self.file)
+            .take(self.chunk as u64)
+            .read_to_end(&mut self.buf)
+            .map_err(|e| EngineError::io(format!("cannot read '{}'", self.path.display()), e))?;
         if n == 0 {
             self.eof = true;
         }
         Ok(())
     }
 
-    /// Up to `max` records; `None` at end of file. Blank lines are skipped.
-    pub fn next_records(&mut self, max: usize) -> Result<Option<Records>> {
-        let mut out = Records::default();
+    /// Up to `max` records into `out` (emptied first, its buffers kept, so a reader of many
+    /// batches allocates once); `false` at end of file. Blank lines are skipped.
+    pub fn next_records(&mut self, max: usize, out: &mut Records) -> Result<bool> {
+        out.data.clear();
+        out.spans.clear();
         let mut pos = 0usize; // scan position in buf
         let mut record_start = 0usize;
+        // Records from `run` to `record_start` are copied to `out.data` in one piece.
+        let mut run = 0usize;
         let mut in_quotes = false;
         let mut line = self.position.line;
         let mut record_line = line;
         while out.len() < max {
-            let newline = self.buf[pos..].iter().position(|&b| b == b'\n');
+            let newline = memchr::memchr(b'\n', &self.buf[pos..]);
             let (end, at_eof) = match newline {
                 Some(i) => (pos + i + 1, false),
                 None if self.eof => {
@@ -118,14 +116,16 @@ impl RecordReader {
                     (self.buf.len(), true)
                 }
                 None => {
-                    // Need more bytes: drop what is consumed, then read.
-                    self.consume(&mut pos, &mut record_start);
+                    // Need more bytes: copy the run, drop what is consumed, then read.
+                    out.data.extend_from_slice(&self.buf[run..record_start]);
+                    run = record_start;
+                    self.consume(&mut pos, &mut record_start, &mut run);
                     self.fill()?;
                     continue;
                 }
             };
             if self.quote_aware {
-                in_quotes ^= self.buf[pos..end].iter().filter(|&&b| b == b'"').count() % 2 == 1;
+                in_quotes ^= memchr::memchr_iter(b'"', &self.buf[pos..end]).count() % 2 == 1;
             }
             pos = end;
             if !at_eof {
@@ -136,12 +136,19 @@ impl RecordReader {
             }
             let record = &self.buf[record_start..end];
             if record.iter().any(|b| !b.is_ascii_whitespace()) {
-                let s = out.data.len();
-                out.data.extend_from_slice(record);
-                if out.data.last() != Some(&b'\n') {
+                let s = out.data.len() + (record_start - run);
+                if at_eof && record.last() != Some(&b'\n') {
+                    // The file's last record has no newline: one is added.
+                    out.data.extend_from_slice(&self.buf[run..end]);
                     out.data.push(b'\n');
+                    run = end;
                 }
-                out.spans.push((s, out.data.len(), record_line));
+                out.spans
+                    .push((s, out.data.len() + (end - run), record_line));
+            } else {
+                // A blank line: the run stops before it.
+                out.data.extend_from_slice(&self.buf[run..record_start]);
+                run = end;
             }
             record_start = end;
             record_line = line;
@@ -150,16 +157,15 @@ impl RecordReader {
                 break;
             }
         }
-        self.consume(&mut pos, &mut record_start);
+        out.data.extend_from_slice(&self.buf[run..record_start]);
+        run = record_start;
+        self.consume(&mut pos, &mut record_start, &mut run);
         self.position.line = record_line;
-        if out.is_empty() && self.eof && self.buf.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(out))
+        Ok(!(out.is_empty() && self.eof && self.buf.is_empty()))
     }
 
     /// Drops the bytes before `record_start` from the buffer, advancing the position.
-    fn consume(&mut self, pos: &mut usize, record_start: &mut usize) {
+    fn consume(&mut self, pos: &mut usize, record_start: &mut usize, run: &mut usize) {
         let upto = *record_start;
         if upto == 0 {
             return;
@@ -168,6 +174,7 @@ impl RecordReader {
         self.position.offset += upto as u64;
         *pos -= upto;
         *record_start -= upto;
+        *run -= upto;
     }
 }
 
@@ -180,6 +187,11 @@ mod tests {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(content.as_bytes()).unwrap();
         f
+    }
+
+    fn next(r: &mut RecordReader, max: usize) -> Option<Records> {
+        let mut out = Records::default();
+        r.next_records(max, &mut out).unwrap().then_some(out)
     }
 
     fn lines(r: &Records) -> Vec<(String, u64)> {
@@ -197,19 +209,19 @@ mod tests {
     fn splits_lines_keeps_line_numbers_and_resumes() {
         let f = file("a,1\nb,2\n\nc,3\nd,4");
         let mut r = RecordReader::open(f.path(), FilePosition::START, true).unwrap();
-        let first = r.next_records(2).unwrap().unwrap();
+        let first = next(&mut r, 2).unwrap();
         assert_eq!(
             lines(&first),
             vec![("a,1\n".into(), 1), ("b,2\n".into(), 2)]
         );
         let pos = r.position();
         assert_eq!(pos, FilePosition { offset: 8, line: 3 });
-        let rest = r.next_records(10).unwrap().unwrap();
+        let rest = next(&mut r, 10).unwrap();
         assert_eq!(lines(&rest), vec![("c,3\n".into(), 4), ("d,4\n".into(), 5)]);
-        assert!(r.next_records(10).unwrap().is_none());
+        assert!(next(&mut r, 10).is_none());
 
         let mut resumed = RecordReader::open(f.path(), pos, true).unwrap();
-        let again = resumed.next_records(10).unwrap().unwrap();
+        let again = next(&mut resumed, 10).unwrap();
         assert_eq!(lines(&again), lines(&rest));
     }
 
@@ -217,10 +229,41 @@ mod tests {
     fn quoted_newlines_stay_in_one_record() {
         let f = file("1,\"two\nlines\"\n2,x\n");
         let mut r = RecordReader::open(f.path(), FilePosition::START, true).unwrap();
-        let recs = r.next_records(10).unwrap().unwrap();
+        let recs = next(&mut r, 10).unwrap();
         assert_eq!(
             lines(&recs),
             vec![("1,\"two\nlines\"\n".into(), 1), ("2,x\n".into(), 3)]
         );
+    }
+
+    /// Records read a few bytes at a time (every record and blank line split across reads)
+    /// are the records read at once, at the same positions.
+    #[test]
+    fn reads_of_any_size_give_the_same_records() {
+        let content = "h,x\n1,\"two\nlines\"\n\n  \n2,\"q\"\"\"\n3,z\n\n4,last";
+        let f = file(content);
+        let whole = {
+            let mut r = RecordReader::open(f.path(), FilePosition::START, true).unwrap();
+            lines(&next(&mut r, 100).unwrap())
+        };
+        assert_eq!(whole.len(), 5, "{whole:?}");
+        assert_eq!(whole[4], ("4,last\n".into(), 9));
+        for chunk in 1..8 {
+            for max in 1..4 {
+                let mut r = RecordReader::open(f.path(), FilePosition::START, true).unwrap();
+                r.chunk = chunk;
+                let mut got = Vec::new();
+                while let Some(recs) = next(&mut r, max) {
+                    got.extend(lines(&recs));
+                    // Resuming at the position reads on from the same record.
+                    let mut resumed = RecordReader::open(f.path(), r.position(), true).unwrap();
+                    let rest = next(&mut resumed, 100)
+                        .map(|r| lines(&r))
+                        .unwrap_or_default();
+                    assert_eq!(rest, whole[got.len()..], "chunk {chunk} max {max}");
+                }
+                assert_eq!(got, whole, "chunk {chunk} max {max}");
+            }
+        }
     }
 }
