@@ -5,9 +5,10 @@
 //! - input: both sides routed by the keyed exchange on their equality keys, append-only or
 //!   updating (`+I`/`+U` add a row, `-U`/`-D` take one away).
 //! - state: every live row of both sides, in the task's store by join key ([`state`] has the
-//!   layout), written through after each batch; memory holds only the batch's keys. A batch
-//!   of one side reads the other side's rows of its keys with one scan per key. Restored in
-//!   place, or at another parallelism by copying the rows whose key routes to this instance.
+//!   layout), written through after each batch. A batch of one side reads the other side's
+//!   rows of its keys with one scan per key, or from the [`cache`] of recently probed keys
+//!   (within the task's share of `memory_budget`). Restored in place, or at another
+//!   parallelism by copying the rows whose key routes to this instance.
 //! - output: for each row added to (taken from) one side, a `+I` (`-D`) of it joined with
 //!   every matching row of the other side (passing the ON condition's non-equality part).
 //!   An outer join pads a preserved row without matches with NULLs, and replaces that padded
@@ -22,6 +23,7 @@
 //! - watermarks pass through (the output has no event-time column of its own); at end of
 //!   input nothing is left to emit.
 
+mod cache;
 mod state;
 
 use datafusion::common::HashMap;
@@ -45,7 +47,8 @@ use crate::state::ttl::now_ms;
 use crate::state::{
     copy_routed, just_after, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch,
 };
-use state::{key_of, key_prefix, split, Entry};
+use cache::SideCache;
+use state::{key_of, key_prefix, row_key, split, Entry};
 
 /// The tags of the two sides' parts of the operator's key range.
 const SIDE_TAGS: [u8; 2] = [b'l', b'r'];
@@ -180,7 +183,10 @@ impl OperatorFactory for StreamJoinSpec {
         } else {
             relation
         };
+        // The two sides' caches share the task's part of the budget.
+        let cache = || SideCache::new(task.state.memory_budget() / 2);
         Ok(Box::new(StreamJoinOperator {
+            caches: [cache(), cache()],
             expiry: self.state_ttl.map(|ttl| KeyExpiry::new(&task.state, ttl)),
             spec: self.clone(),
             rows: [rows(&self.left.schema)?, rows(&self.right.schema)?],
@@ -203,6 +209,8 @@ pub struct StreamJoinOperator {
     output_schema: SchemaRef,
     /// With `state_ttl`: when join keys were last touched.
     expiry: Option<KeyExpiry>,
+    /// Per side: the rows of recently probed keys.
+    caches: [SideCache; 2],
 }
 
 /// One output row: the input row (of the batch's side), the stored row of the other side
@@ -216,12 +224,16 @@ struct Other {
     batch: RecordBatch,
     /// For each input row, the range of `entries` with its key (empty for a NULL key).
     ranges: Vec<(usize, usize)>,
+    /// Each distinct key once: an input row with it, its range of `entries`, and whether
+    /// they were read from the store (not the cache).
+    keys: Vec<(usize, (usize, usize), bool)>,
 }
 
 impl StreamJoinOperator {
     /// Reads the other side's rows of every key in the batch.
     fn other_rows(
         &self,
+        cache: &mut SideCache,
         other: usize,
         key_rows: &Rows,
         null_key: &[bool],
@@ -230,6 +242,7 @@ impl StreamJoinOperator {
         let handle = &self.handles[other];
         let mut entries: Vec<Entry> = Vec::new();
         let mut seen: HashMap<&[u8], (usize, usize)> = HashMap::default();
+        let mut keys = Vec::new();
         let mut ranges = Vec::with_capacity(null_key.len());
         for (r, &null) in null_key.iter().enumerate() {
             if null {
@@ -242,12 +255,22 @@ impl StreamJoinOperator {
                 continue;
             }
             let start = entries.len();
-            let prefix = key_prefix(handle, key);
-            for (k, v) in store.scan(&prefix, &prefix_end(&prefix))? {
-                entries.push(Entry::new(k, Some(&v))?);
-            }
+            let fresh = match cache.get(key) {
+                Some(cached) => {
+                    entries.extend_from_slice(cached);
+                    false
+                }
+                None => {
+                    let prefix = key_prefix(handle, key);
+                    for (k, v) in store.scan(&prefix, &prefix_end(&prefix))? {
+                        entries.push(Entry::new(k, Some(&v))?);
+                    }
+                    true
+                }
+            };
             seen.insert(key, (start, entries.len()));
             ranges.push((start, entries.len()));
+            keys.push((r, (start, entries.len()), fresh));
         }
         let converter = &self.rows[other];
         let parser = converter.parser();
@@ -266,6 +289,7 @@ impl StreamJoinOperator {
             entries,
             batch,
             ranges,
+            keys,
         })
     }
 
@@ -408,16 +432,17 @@ impl StreamJoinOperator {
 
     /// With `state_ttl`: drops both sides' rows of the keys not touched for that long
     /// (nothing is emitted).
-    fn expire(&self, store: &dyn StateBackend, now: u64) -> Result<()> {
+    fn expire(&mut self, store: &dyn StateBackend, now: u64) -> Result<()> {
         let Some(expiry) = &self.expiry else {
             return Ok(());
         };
         let mut writes = WriteBatch::default();
         for key in expiry.expired(store, now, EXPIRE_PER_BATCH, &mut writes)? {
-            for handle in &self.handles {
+            for (handle, cache) in self.handles.iter().zip(&mut self.caches) {
                 let prefix = key_prefix(handle, &key);
                 let end = prefix_end(&prefix);
                 writes.delete_ranges.push((prefix, end));
+                cache.forget(&key);
             }
         }
         store.write(writes)
@@ -518,7 +543,8 @@ impl Operator for StreamJoinOperator {
         let null_key: Vec<bool> = (0..n)
             .map(|r| key_columns.iter().any(|c| c.is_null(r)))
             .collect();
-        let mut o = self.other_rows(other, &key_rows, &null_key, store.as_ref())?;
+        let mut cache = std::mem::take(&mut self.caches[other]);
+        let mut o = self.other_rows(&mut cache, other, &key_rows, &null_key, store.as_ref())?;
         let (offsets, list) = self.matches(side, &rel, &o)?;
 
         // This side's entries of the batch's rows, one per distinct row. An inserted row
@@ -527,12 +553,23 @@ impl Operator for StreamJoinOperator {
         // count is added to the stored one when written. A retraction reads the entry.
         let blind_inserts = !self.spec.tracks_matches(side);
         let rows = self.rows[side].convert_columns(rel.columns())?;
-        let mut mine: Vec<Entry> = Vec::new();
+        let mut mine: Vec<Entry> = Vec::with_capacity(n);
         let mut index: HashMap<Vec<u8>, usize> = HashMap::default();
         let mut row_entry = Vec::with_capacity(n);
-        for (r, &sign) in signs.iter().enumerate() {
-            let mut key = key_prefix(&self.handles[side], key_rows.row(r).data());
-            key.extend_from_slice(rows.row(r).data());
+        let handle = &self.handles[side];
+        if blind_inserts && signs.iter().all(|&s| s > 0) {
+            // Only blind inserts: one entry per row, equal rows merged by the store's adds.
+            for r in 0..n {
+                mine.push(Entry::blind(row_key(
+                    handle,
+                    key_rows.row(r).data(),
+                    rows.row(r).data(),
+                )));
+                row_entry.push(r);
+            }
+        }
+        for (r, &sign) in signs.iter().enumerate().skip(row_entry.len()) {
+            let key = row_key(handle, key_rows.row(r).data(), rows.row(r).data());
             let at = match index.get(&key) {
                 Some(&at) => {
                     if sign < 0 && mine[at].blind {
@@ -578,6 +615,21 @@ impl Operator for StreamJoinOperator {
             expiry.touch(store.as_ref(), touched, now, &mut writes)?;
         }
         store.write(writes)?;
+        // The other side's keys read by this batch are exact in `o` (after the batch's
+        // changes); this side's keys changed without being read whole are not.
+        for &(r, (start, end), fresh) in &o.keys {
+            let entries = &o.entries[start..end];
+            if fresh || entries.iter().any(|e| e.dirty) {
+                cache.put(key_rows.row(r).data(), entries.iter());
+            }
+        }
+        self.caches[other] = cache;
+        let mine_cache = &mut self.caches[side];
+        if !mine_cache.is_empty() {
+            for r in (0..n).filter(|&r| !null_key[r]) {
+                mine_cache.forget(key_rows.row(r).data());
+            }
+        }
         if !emits.is_empty() {
             out.emit(self.output(side, &rel, &o, &emits)?);
         }

@@ -213,6 +213,17 @@ impl StateHandle {
         k
     }
 
+    /// `prefix | parts...`: a key of this operator built in one allocation.
+    pub fn key_of_parts(&self, parts: &[&[u8]]) -> Vec<u8> {
+        let len = self.prefix.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+        let mut k = Vec::with_capacity(len);
+        k.extend_from_slice(&self.prefix);
+        for p in parts {
+            k.extend_from_slice(p);
+        }
+        k
+    }
+
     /// The key range holding all of this operator's entries.
     pub fn all(&self) -> (Vec<u8>, Vec<u8>) {
         // Prefixes are chain positions and small tags: the last byte never overflows.

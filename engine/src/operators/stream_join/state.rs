@@ -80,10 +80,12 @@ fn decode_value(v: &[u8]) -> Result<(i64, i64)> {
 
 /// The store key prefix of `key`'s rows on the side of `handle`.
 pub(super) fn key_prefix(handle: &StateHandle, key: &[u8]) -> Vec<u8> {
-    let mut suffix = Vec::with_capacity(4 + key.len());
-    suffix.extend_from_slice(&(key.len() as u32).to_be_bytes());
-    suffix.extend_from_slice(key);
-    handle.key(&suffix)
+    row_key(handle, key, &[])
+}
+
+/// The store key of `row` (a whole row's encoding) with join key `key` on `handle`'s side.
+pub(super) fn row_key(handle: &StateHandle, key: &[u8], row: &[u8]) -> Vec<u8> {
+    handle.key_of_parts(&[&(key.len() as u32).to_be_bytes(), key, row])
 }
 
 /// The key row and the row of a stored key without the handle's prefix.
