@@ -121,6 +121,34 @@ enum Windows {
     Cumulate { step: i64, size: i64, offset: i64 },
 }
 
+/// The reference's HOP windows over `ref`: each row once per window holding it that was
+/// still open when it arrived (`wprev`, the watermark before it), with `window_start`,
+/// `window_end` and `window_time`; and the reference's late rows (their latest window had
+/// closed), as `id, watermark in ms`.
+fn hop_reference(slide: i64, size: i64) -> (String, String) {
+    let bin = format!("date_bin(INTERVAL '{slide} seconds', ts, TIMESTAMP '1970-01-01 00:00:00')");
+    let copies = (size + slide - 1) / slide;
+    let expanded: Vec<String> = (0..copies)
+        .map(|i| {
+            format!(
+                "SELECT *, {bin} - INTERVAL '{} seconds' AS window_start FROM ref",
+                i * slide
+            )
+        })
+        .collect();
+    (
+        format!(
+            "(SELECT *, window_end - INTERVAL '1 millisecond' AS window_time FROM (
+                SELECT *, window_start + INTERVAL '{size} seconds' AS window_end FROM ({}))
+              WHERE ts < window_end AND window_end > wprev)",
+            expanded.join(" UNION ALL ")
+        ),
+        format!(
+            "SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"
+        ),
+    )
+}
+
 fn reference_sql(w: &Windows) -> (String, String) {
     let origin = "TIMESTAMP '1970-01-01 00:00:00'";
     match *w {
@@ -136,25 +164,13 @@ fn reference_sql(w: &Windows) -> (String, String) {
             )
         }
         Windows::Hop { slide, size } => {
-            let copies = (size + slide - 1) / slide;
-            let bin = format!("date_bin(INTERVAL '{slide} seconds', ts, {origin})");
-            let expanded: Vec<String> = (0..copies)
-                .map(|i| {
-                    format!(
-                        "SELECT *, {bin} - INTERVAL '{} seconds' AS window_start FROM ref",
-                        i * slide
-                    )
-                })
-                .collect();
+            let (windowed, late) = hop_reference(slide, size);
             (
                 format!(
-                    "SELECT window_start, window_end, k, {AGGREGATES} FROM (
-                       SELECT *, window_start + INTERVAL '{size} seconds' AS window_end FROM ({}))
-                     WHERE ts < window_end AND window_end > wprev GROUP BY window_start, window_end, k",
-                    expanded.join(" UNION ALL ")
+                    "SELECT window_start, window_end, k, {AGGREGATES} FROM {windowed}
+                     GROUP BY window_start, window_end, k"
                 ),
-                // late: even the latest window of the row had closed
-                format!("SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"),
+                late,
             )
         }
         Windows::Cumulate { step, size, offset } => {
@@ -403,23 +419,7 @@ fn hop_in_panes_matches_batch_sql() {
     for seed in 700..708 {
         let (slide, size) = [(2, 10), (3, 7), (1, 3), (4, 6)][seed as usize % 4];
         let hop = format!("HOP(t, ts, INTERVAL '{slide}' SECOND, INTERVAL '{size}' SECOND)");
-        let bin =
-            format!("date_bin(INTERVAL '{slide} seconds', ts, TIMESTAMP '1970-01-01 00:00:00')");
-        let copies = (size + slide - 1) / slide;
-        let expanded: Vec<String> = (0..copies)
-            .map(|i| {
-                format!(
-                    "SELECT *, {bin} - INTERVAL '{} seconds' AS window_start FROM ref",
-                    i * slide
-                )
-            })
-            .collect();
-        let windowed = format!(
-            "(SELECT *, window_end - INTERVAL '1 millisecond' AS window_time FROM (
-                SELECT *, window_start + INTERVAL '{size} seconds' AS window_end FROM ({}))
-              WHERE ts < window_end AND window_end > wprev)",
-            expanded.join(" UNION ALL ")
-        );
+        let (windowed, late) = hop_reference(slide, size);
         let (weir, reference) = match seed % 3 {
             0 => (
                 format!("SELECT window_end, count(*), sum(v), max(v), count(DISTINCT k) FROM {hop} GROUP BY window_end"),
@@ -438,9 +438,6 @@ fn hop_in_panes_matches_batch_sql() {
                 format!("SELECT window_start, window_end, upper(k), avg(v * 2), count(*) FROM {windowed} GROUP BY window_start, window_end, upper(k)"),
             ),
         };
-        let late = format!(
-            "SELECT id, CAST(wprev AS BIGINT) / 1000000 FROM ref WHERE {bin} + INTERVAL '{size} seconds' <= wprev"
-        );
         check_sql(seed, &weir, &reference, &late);
     }
 }
