@@ -36,10 +36,11 @@ fn write_rows(dir: &std::path::Path, seed: u64, n: usize) -> String {
 
 /// The queries, each run by weir (streaming) and by DataFusion (batch) as written.
 const QUERIES: &[&str] = &[
-    "SELECT k, count(*), count(v), sum(v), min(v), max(v), avg(v), count(DISTINCT v) FROM t GROUP BY k",
+    // COUNT(DISTINCT) over one argument with and without FILTER share one multiset.
+    "SELECT k, count(*), count(v), sum(v), min(v), max(v), avg(v), count(DISTINCT v), count(DISTINCT v) FILTER (WHERE id % 2 = 0) FROM t GROUP BY k",
     "SELECT k, count(*) AS n, sum(v) FILTER (WHERE v > 100) AS big FROM t WHERE v IS NOT NULL OR id % 3 = 0 GROUP BY k HAVING count(*) > 3",
     // The outer aggregate reads an updating stream: each change of n retracts a row.
-    "SELECT n % 5 AS b, count(*), sum(n), min(n), max(n), count(DISTINCT k) FROM (SELECT k, count(*) AS n FROM t GROUP BY k) GROUP BY n % 5",
+    "SELECT n % 5 AS b, count(*), sum(n), min(n), max(n), count(DISTINCT k), count(DISTINCT k) FILTER (WHERE n > 20), count(DISTINCT n) FILTER (WHERE k < 'k9') FROM (SELECT k, count(*) AS n FROM t GROUP BY k) GROUP BY n % 5",
     "SELECT count(*), sum(v), max(v), min(k) FROM t",
     "SELECT v % 10 AS d, max(k), min(id) FROM t WHERE v IS NOT NULL GROUP BY v % 10",
 ];

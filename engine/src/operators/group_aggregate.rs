@@ -12,7 +12,8 @@
 //!   optional FILTER. MIN, MAX and COUNT(DISTINCT) keep the multiset of their values in the
 //!   store, so retracting the current extreme finds the next one (see [`state`]); over an
 //!   append-only input (nothing is retracted) MIN and MAX keep only their extreme, in the
-//!   group's state (Flink's `MaxAggFunction` vs `MaxWithRetractAggFunction`).
+//!   group's state (Flink's `MaxAggFunction` vs `MaxWithRetractAggFunction`). The
+//!   COUNT(DISTINCT)s over one argument share one multiset ([`distinct`]).
 //! - state: every group's state lives in the task's store ([`state`] has the layout). The
 //!   groups worked on lately stay in memory ([`cache`]): read once, changed in memory, written
 //!   back at each barrier (before the runtime checkpoints the store) or when the cache
@@ -26,6 +27,7 @@
 //! - watermarks pass through; at end of input nothing is left to emit.
 
 mod cache;
+mod distinct;
 mod state;
 mod values;
 
@@ -205,6 +207,7 @@ impl OperatorFactory for GroupAggregateSpec {
             expiry: self.state_ttl.map(|ttl| KeyExpiry::new(&task.state, ttl)),
             spec: self.clone(),
             handle: task.state.clone(),
+            distinct_sets: distinct::distinct_sets(&self.aggregates),
             keys,
             values,
             output_schema,
@@ -222,6 +225,8 @@ pub struct GroupAggregateOperator {
     cache: GroupCache,
     /// Per aggregate keeping a multiset: encodes its values (descending for MAX).
     values: Vec<Option<RowConverter>>,
+    /// The COUNT(DISTINCT) aggregates sharing a multiset ([`distinct`]).
+    distinct_sets: Vec<Vec<usize>>,
     output_schema: SchemaRef,
     /// With `state_ttl`: when groups were last touched.
     expiry: Option<KeyExpiry>,
@@ -370,6 +375,9 @@ impl GroupAggregateOperator {
             handle: &self.handle,
         };
         for (i, agg) in self.spec.aggregates.iter().enumerate() {
+            if agg.kind == UpdatingAggKind::CountDistinct {
+                continue;
+            }
             let arg = agg.arg.evaluate(rel)?.into_array(n)?;
             let taken = takes(agg, &arg, rel)?;
             if let Some(sum_type) = agg.sum_type() {
@@ -397,26 +405,16 @@ impl GroupAggregateOperator {
                 continue;
             }
             // A multiset: net change per (group, value), then one read and write each.
-            let mut deltas: HashMap<Vec<u8>, (usize, i64)> = HashMap::default();
+            let mut deltas: HashMap<Vec<u8>, i64> = HashMap::default();
             for row in (0..n).filter(|&r| taken[r]) {
                 let g = t.row_group[row];
                 let mut key = keys.multiset(&t.groups[g], i);
                 key.extend_from_slice(rows.row(row).data());
-                deltas.entry(key).or_insert((g, 0)).1 += signs[row];
-                if agg.kind != UpdatingAggKind::CountDistinct {
-                    t.after[g].aggs[i].n += signs[row];
-                }
+                *deltas.entry(key).or_insert(0) += signs[row];
+                t.after[g].aggs[i].n += signs[row];
             }
-            for (key, (g, delta)) in deltas {
+            for (key, delta) in deltas {
                 if delta == 0 {
-                    continue;
-                }
-                if agg.kind == UpdatingAggKind::CountDistinct {
-                    // Cached with the group: no extreme is ever read from this multiset.
-                    let had = self.cache.distinct_count(store, &t.groups[g], &key)?;
-                    let has = had + delta;
-                    t.after[g].aggs[i].n += i64::from(has > 0) - i64::from(had > 0);
-                    self.cache.set_distinct(&t.groups[g], key, has);
                     continue;
                 }
                 let had = store.get(&key)?.map_or(0, |b| count_of(&b));
@@ -429,6 +427,21 @@ impl GroupAggregateOperator {
                     batch.delete_ranges.push((key, end));
                 }
             }
+        }
+        // COUNT(DISTINCT): cached with the group (no extreme is ever read from its multiset).
+        for members in &self.distinct_sets {
+            let Some(values) = &self.values[members[0]] else {
+                return Err(EngineError::Internal(
+                    "COUNT(DISTINCT) without a value encoder".into(),
+                ));
+            };
+            let input = distinct::DistinctInput {
+                members,
+                aggregates: &self.spec.aggregates,
+                values,
+                append_only: !self.spec.input_updating,
+            };
+            distinct::accumulate(&input, rel, signs, t, &keys, &mut self.cache, store)?;
         }
         Ok(())
     }

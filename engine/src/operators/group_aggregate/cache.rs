@@ -10,11 +10,13 @@
 //! extreme is read with a range scan); [`GroupCache::deleted`] then records that nothing of
 //! the group is left.
 
+use datafusion::common::hash_map::Entry;
 use datafusion::common::HashMap;
 
-use crate::error::Result;
-use crate::state::{count_of, just_after, ChunkedWrites, StateBackend};
+use crate::error::{EngineError, Result};
+use crate::state::{just_after, ChunkedWrites, StateBackend};
 
+use super::distinct::{decode_counts, encode_counts};
 use super::state::GroupState;
 
 /// Bytes a cached entry costs besides its key and value (map slot, allocations), roughly.
@@ -24,8 +26,8 @@ fn state_bytes(state: &Option<GroupState>) -> usize {
     state.as_ref().map_or(0, GroupState::size)
 }
 
-fn distinct_bytes(key: &[u8]) -> usize {
-    ENTRY_OVERHEAD + key.len()
+fn distinct_bytes(key: &[u8], counts: &[i64]) -> usize {
+    ENTRY_OVERHEAD + key.len() + 8 * counts.len()
 }
 
 /// What a cached group costs: its entry, group row, store key, state and distinct entries.
@@ -36,8 +38,8 @@ fn slot_bytes(group: &[u8], slot: &Slot) -> usize {
         + state_bytes(&slot.state)
         + slot
             .distinct
-            .keys()
-            .map(|k| distinct_bytes(k))
+            .iter()
+            .map(|(k, (counts, _))| distinct_bytes(k, counts))
             .sum::<usize>()
 }
 
@@ -49,8 +51,9 @@ struct Slot {
     /// `None`: the group has no state.
     state: Option<GroupState>,
     dirty: bool,
-    /// COUNT(DISTINCT) multiset entries read or changed: store key -> (count, dirty).
-    distinct: HashMap<Vec<u8>, (i64, bool)>,
+    /// COUNT(DISTINCT) multiset entries read or changed: store key -> (a count per aggregate
+    /// sharing the multiset, dirty).
+    distinct: HashMap<Vec<u8>, (Vec<i64>, bool)>,
 }
 
 /// Cached groups by group row (see the module doc).
@@ -125,33 +128,40 @@ impl GroupCache {
         }
     }
 
-    /// The count of the COUNT(DISTINCT) multiset entry `key` of `group` (read first).
-    pub fn distinct_count(
+    /// Changes the COUNT(DISTINCT) multiset entry `key` of `group` (read first): its `width`
+    /// counts, read from memory or the store, go to `apply`, which changes them and says
+    /// whether they changed (then they are written back later; all zero: the entry goes).
+    pub fn update_distinct(
         &mut self,
         store: &dyn StateBackend,
         group: &[u8],
-        key: &[u8],
-    ) -> Result<i64> {
+        key: Vec<u8>,
+        width: usize,
+        apply: impl FnOnce(&mut [i64]) -> bool,
+    ) -> Result<()> {
         let Some(slot) = self.groups.get_mut(group) else {
-            return Ok(store.get(key)?.map_or(0, |b| count_of(&b)));
+            return Err(EngineError::Internal(
+                "a COUNT(DISTINCT) entry of a group that was not read first".into(),
+            ));
         };
-        if let Some((count, _)) = slot.distinct.get(key) {
-            return Ok(*count);
-        }
-        let count = store.get(key)?.map_or(0, |b| count_of(&b));
-        self.bytes += distinct_bytes(key);
-        slot.distinct.insert(key.to_vec(), (count, false));
-        Ok(count)
-    }
-
-    /// The entry's new count (zero: the entry goes), written back later.
-    pub fn set_distinct(&mut self, group: &[u8], key: Vec<u8>, count: i64) {
-        if let Some(slot) = self.groups.get_mut(group) {
-            let bytes = distinct_bytes(&key);
-            if slot.distinct.insert(key, (count, true)).is_none() {
-                self.bytes += bytes;
+        match slot.distinct.entry(key) {
+            Entry::Occupied(mut e) => {
+                let (counts, dirty) = e.get_mut();
+                if apply(counts) {
+                    *dirty = true;
+                }
+            }
+            Entry::Vacant(e) => {
+                let mut counts = match store.get(e.key())? {
+                    Some(b) => decode_counts(&b, width)?,
+                    None => vec![0; width],
+                };
+                let dirty = apply(&mut counts);
+                self.bytes += distinct_bytes(e.key(), &counts);
+                e.insert((counts, dirty));
             }
         }
+        Ok(())
     }
 
     /// Writes every change to the store (at a barrier, before the store is checkpointed), a
@@ -164,9 +174,9 @@ impl GroupCache {
                     writes.put(slot.key.clone(), state.encode())?;
                 }
             }
-            for (key, (count, dirty)) in slot.distinct.iter_mut() {
+            for (key, (counts, dirty)) in slot.distinct.iter_mut() {
                 if std::mem::take(dirty) {
-                    write_distinct(&mut writes, key.clone(), *count)?;
+                    write_distinct(&mut writes, key.clone(), counts)?;
                 }
             }
         }
@@ -185,9 +195,9 @@ impl GroupCache {
             if let (true, Some(state)) = (slot.dirty, &slot.state) {
                 writes.put(slot.key, state.encode())?;
             }
-            for (key, (count, dirty)) in slot.distinct {
+            for (key, (counts, dirty)) in slot.distinct {
                 if dirty {
-                    write_distinct(&mut writes, key, count)?;
+                    write_distinct(&mut writes, key, &counts)?;
                 }
             }
         }
@@ -195,10 +205,10 @@ impl GroupCache {
     }
 }
 
-/// A COUNT(DISTINCT) entry's count: put, or deleted at zero.
-fn write_distinct(writes: &mut ChunkedWrites<'_>, key: Vec<u8>, count: i64) -> Result<()> {
-    if count > 0 {
-        writes.put(key, count.to_le_bytes().to_vec())
+/// A COUNT(DISTINCT) entry's counts: put, or deleted when none is above zero.
+fn write_distinct(writes: &mut ChunkedWrites<'_>, key: Vec<u8>, counts: &[i64]) -> Result<()> {
+    if counts.iter().any(|c| *c > 0) {
+        writes.put(key, encode_counts(counts))
     } else {
         let end = just_after(&key);
         writes.delete_range(key, end)
@@ -208,7 +218,20 @@ fn write_distinct(writes: &mut ChunkedWrites<'_>, key: Vec<u8>, count: i64) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::MemoryStateBackend;
+    use crate::state::{MemoryStateBackend, WriteBatch};
+
+    /// Sets the entry's counts; returns what they were.
+    fn set(cache: &mut GroupCache, store: &dyn StateBackend, key: &[u8], to: &[i64]) -> Vec<i64> {
+        let mut was = Vec::new();
+        cache
+            .update_distinct(store, b"a", key.to_vec(), to.len(), |counts| {
+                was = counts.to_vec();
+                counts.copy_from_slice(to);
+                was != to
+            })
+            .unwrap();
+        was
+    }
 
     fn stored(store: &dyn StateBackend, key: &[u8]) -> Option<GroupState> {
         store
@@ -225,22 +248,36 @@ mod tests {
         let mut s = GroupState::new(1);
         s.rows = 2;
         cache.set_state(b"a", s.clone());
-        assert_eq!(cache.distinct_count(&store, b"a", b"ka-x").unwrap(), 0);
-        cache.set_distinct(b"a", b"ka-x".to_vec(), 3);
+        assert_eq!(set(&mut cache, &store, b"ka-x", &[3, 1]), [0, 0]);
         // Memory answers; the store has nothing yet.
         assert_eq!(
             cache.state(&store, b"a", || unreachable!()).unwrap(),
             Some(s.clone())
         );
-        assert_eq!(cache.distinct_count(&store, b"a", b"ka-x").unwrap(), 3);
+        assert_eq!(set(&mut cache, &store, b"ka-x", &[3, 1]), [3, 1]);
         assert_eq!(stored(&store, b"ka"), None);
         cache.flush(&store).unwrap();
         assert_eq!(stored(&store, b"ka"), Some(s.clone()));
-        assert_eq!(store.get(b"ka-x").unwrap().map(|b| count_of(&b)), Some(3));
+        assert_eq!(store.get(b"ka-x").unwrap(), Some(encode_counts(&[3, 1])));
+
+        // An entry set to what it holds is not written again.
+        let mut gone = WriteBatch::default();
+        gone.delete_ranges
+            .push((b"ka-x".to_vec(), b"ka-y".to_vec()));
+        store.write(gone).unwrap();
+        set(&mut cache, &store, b"ka-x", &[3, 1]);
+        cache.flush(&store).unwrap();
+        assert_eq!(store.get(b"ka-x").unwrap(), None);
+        assert!(cache
+            .update_distinct(&store, b"b", b"kb-x".to_vec(), 1, |_| true)
+            .is_err());
+        set(&mut cache, &store, b"ka-x", &[2, 1]);
+        cache.flush(&store).unwrap();
+        assert_eq!(store.get(b"ka-x").unwrap(), Some(encode_counts(&[2, 1])));
 
         // A count back to zero deletes the entry; a tiny budget empties the cache after
         // writing what changed.
-        cache.set_distinct(b"a", b"ka-x".to_vec(), 0);
+        set(&mut cache, &store, b"ka-x", &[0, -1]);
         s.rows = 5;
         cache.set_state(b"a", s.clone());
         cache.budget = 1;
@@ -256,7 +293,7 @@ mod tests {
         let mut cache = GroupCache::new(1, usize::MAX);
         cache.state(&store, b"a", || b"ka".to_vec()).unwrap();
         cache.set_state(b"a", GroupState::new(1));
-        cache.set_distinct(b"a", b"ka-x".to_vec(), 1);
+        set(&mut cache, &store, b"ka-x", &[1]);
         cache.deleted(b"a");
         cache.state(&store, b"b", || b"kb".to_vec()).unwrap();
         cache.set_state(b"b", GroupState::new(1));

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! g | group row                                  -> rows: i64, then per aggregate n: i64, v: i128
-//! m | len(group row): u32 | group row | agg: u8 | value row -> count: i64
+//! m | len(group row): u32 | group row | agg: u8 | value row -> count: i64 (per member)
 //! e | window end: 8 bytes, ordered | group row     -> ()      (early-fire windows)
 //! ```
 //!
@@ -12,7 +12,9 @@
 //! retractions, and `v` is its running sum (integers and decimals as i128, floats as the bits
 //! of an f64). MIN, MAX and COUNT(DISTINCT) keep the multiset of their values (`m` entries,
 //! count per value; MAX's rows are encoded descending) so a retracted extreme is replaced by
-//! the next one: the first entry of the group's range is the current MIN or MAX.
+//! the next one: the first entry of the group's range is the current MIN or MAX. The
+//! COUNT(DISTINCT) aggregates over one argument share one multiset, named by the first of
+//! them, with a count per member ([`super::distinct`]).
 
 use std::sync::Arc;
 

@@ -1,0 +1,139 @@
+//! COUNT(DISTINCT) in a [`super::GroupAggregateOperator`].
+//!
+//! The COUNT(DISTINCT) aggregates over the same argument share one multiset (Flink's
+//! `DistinctInfo`): `count(DISTINCT bidder)` and `count(DISTINCT bidder) FILTER (WHERE
+//! price < 10000)` keep one entry per (group, bidder), holding one count per member aggregate
+//! (`n` i64s, little-endian, in the members' order; a multiset of one member is one count).
+//! A batch reads and writes each entry once, not once per aggregate.
+//!
+//! Over an append-only input nothing is ever retracted, so a count only says whether the
+//! value was seen: it stays at 1, and a value seen again leaves its entry unchanged (not
+//! written back).
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::row::RowConverter;
+use datafusion::common::HashMap;
+
+use super::cache::GroupCache;
+use super::state::Keys;
+use super::values::takes;
+use super::{Touched, UpdatingAggKind, UpdatingAggregate};
+use crate::error::{EngineError, Result};
+use crate::state::StateBackend;
+
+/// The COUNT(DISTINCT) aggregates of `aggregates` grouped by argument: each set's members in
+/// order; the first names the set's multiset and encodes its values.
+pub(super) fn distinct_sets(aggregates: &[UpdatingAggregate]) -> Vec<Vec<usize>> {
+    let mut sets: Vec<Vec<usize>> = Vec::new();
+    for (i, a) in aggregates.iter().enumerate() {
+        if a.kind != UpdatingAggKind::CountDistinct {
+            continue;
+        }
+        match sets.iter_mut().find(|s| *aggregates[s[0]].arg == *a.arg) {
+            Some(set) => set.push(i),
+            None => sets.push(vec![i]),
+        }
+    }
+    sets
+}
+
+/// An entry's stored counts.
+pub(super) fn encode_counts(counts: &[i64]) -> Vec<u8> {
+    counts.iter().flat_map(|c| c.to_le_bytes()).collect()
+}
+
+/// An entry's counts as stored, `width` of them.
+pub(super) fn decode_counts(bytes: &[u8], width: usize) -> Result<Vec<i64>> {
+    if bytes.len() != 8 * width {
+        return Err(EngineError::State(format!(
+            "COUNT(DISTINCT) entry of {} bytes, expected {} for {width} aggregates",
+            bytes.len(),
+            8 * width
+        )));
+    }
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
+        .collect())
+}
+
+/// What one shared multiset needs to take a batch.
+pub(super) struct DistinctInput<'a> {
+    /// The set's member aggregates (indices into `aggregates`).
+    pub members: &'a [usize],
+    pub aggregates: &'a [UpdatingAggregate],
+    /// Encodes the argument's values (the first member's converter).
+    pub values: &'a RowConverter,
+    /// Append-only input: counts stay at 1 (seen or not).
+    pub append_only: bool,
+}
+
+/// Applies the batch to one shared multiset: the net change per (group, value) and member,
+/// then one read and at most one write per entry; each member's distinct count in `t.after`
+/// moves when its count of a value leaves or reaches zero.
+pub(super) fn accumulate(
+    input: &DistinctInput<'_>,
+    rel: &RecordBatch,
+    signs: &[i64],
+    t: &mut Touched,
+    keys: &Keys<'_>,
+    cache: &mut GroupCache,
+    store: &dyn StateBackend,
+) -> Result<()> {
+    let n = rel.num_rows();
+    let first = input.members[0];
+    let arg = input.aggregates[first].arg.evaluate(rel)?.into_array(n)?;
+    let taken = input
+        .members
+        .iter()
+        .map(|&m| takes(&input.aggregates[m], &arg, rel))
+        .collect::<Result<Vec<_>>>()?;
+    let rows = input.values.convert_columns(&[arg])?;
+    let width = input.members.len();
+    // Entry key -> its index; per index its group and `width` deltas.
+    let mut index: HashMap<Vec<u8>, usize> = HashMap::default();
+    let mut entry_group: Vec<usize> = Vec::new();
+    let mut deltas: Vec<i64> = Vec::new();
+    for row in 0..n {
+        if !taken.iter().any(|t| t[row]) {
+            continue;
+        }
+        let g = t.row_group[row];
+        let mut key = keys.multiset(&t.groups[g], first);
+        key.extend_from_slice(rows.row(row).data());
+        let next = entry_group.len();
+        let e = *index.entry(key).or_insert(next);
+        if e == next {
+            entry_group.push(g);
+            deltas.resize(deltas.len() + width, 0);
+        }
+        for (m, took) in taken.iter().enumerate() {
+            if took[row] {
+                deltas[e * width + m] += signs[row];
+            }
+        }
+    }
+    for (key, e) in index {
+        let delta = &deltas[e * width..(e + 1) * width];
+        if delta.iter().all(|d| *d == 0) {
+            continue;
+        }
+        let g = entry_group[e];
+        let after = &mut t.after[g];
+        cache.update_distinct(store, &t.groups[g], key, width, |counts| {
+            let mut changed = false;
+            for ((count, d), &m) in counts.iter_mut().zip(delta).zip(input.members) {
+                let had = *count;
+                let mut has = had + d;
+                if input.append_only {
+                    has = has.min(1);
+                }
+                after.aggs[m].n += i64::from(has > 0) - i64::from(had > 0);
+                changed |= has != had;
+                *count = has;
+            }
+            changed
+        })?;
+    }
+    Ok(())
+}
