@@ -28,6 +28,7 @@
 
 mod cache;
 mod distinct;
+mod distinct_entries;
 mod state;
 mod values;
 

@@ -10,37 +10,27 @@
 //! extreme is read with a range scan); [`GroupCache::deleted`] then records that nothing of
 //! the group is left.
 
-use datafusion::common::hash_map::Entry;
+use ahash::RandomState;
 use datafusion::common::HashMap;
 
 use crate::error::{EngineError, Result};
 use crate::state::{just_after, ChunkedWrites, StateBackend};
 
-use super::distinct::{decode_counts, encode_counts};
+use super::distinct::decode_counts;
+use super::distinct_entries::DistinctEntries;
 use super::state::GroupState;
 
-/// Bytes a cached entry costs besides its key and value (map slot, allocations), roughly.
-const ENTRY_OVERHEAD: usize = 64;
+/// Bytes a cached group costs besides its keys, state and distinct entries: its map slot
+/// (the table 1.5x its length on average) and the rounding of its two key allocations.
+const SLOT_OVERHEAD: usize = std::mem::size_of::<(Vec<u8>, Slot)>() * 3 / 2 + 32;
 
 fn state_bytes(state: &Option<GroupState>) -> usize {
     state.as_ref().map_or(0, GroupState::size)
 }
 
-fn distinct_bytes(key: &[u8], counts: &[i64]) -> usize {
-    ENTRY_OVERHEAD + key.len() + 8 * counts.len()
-}
-
 /// What a cached group costs: its entry, group row, store key, state and distinct entries.
 fn slot_bytes(group: &[u8], slot: &Slot) -> usize {
-    ENTRY_OVERHEAD
-        + group.len()
-        + slot.key.len()
-        + state_bytes(&slot.state)
-        + slot
-            .distinct
-            .iter()
-            .map(|(k, (counts, _))| distinct_bytes(k, counts))
-            .sum::<usize>()
+    SLOT_OVERHEAD + group.len() + slot.key.len() + state_bytes(&slot.state) + slot.distinct.bytes()
 }
 
 /// One cached group.
@@ -51,9 +41,8 @@ struct Slot {
     /// `None`: the group has no state.
     state: Option<GroupState>,
     dirty: bool,
-    /// COUNT(DISTINCT) multiset entries read or changed: store key -> (a count per aggregate
-    /// sharing the multiset, dirty).
-    distinct: HashMap<Vec<u8>, (Vec<i64>, bool)>,
+    /// COUNT(DISTINCT) multiset entries read or changed.
+    distinct: DistinctEntries,
 }
 
 /// Cached groups by group row (see the module doc).
@@ -62,6 +51,10 @@ pub(super) struct GroupCache {
     aggregates: usize,
     bytes: usize,
     budget: usize,
+    /// Hashes distinct entries' keys.
+    hasher: RandomState,
+    /// Counts of a distinct entry being changed.
+    scratch: Vec<i64>,
 }
 
 impl GroupCache {
@@ -72,6 +65,8 @@ impl GroupCache {
             aggregates,
             bytes: 0,
             budget,
+            hasher: RandomState::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -116,7 +111,7 @@ impl GroupCache {
             let old = slot_bytes(group, slot);
             slot.state = None;
             slot.dirty = false;
-            slot.distinct = HashMap::default();
+            slot.distinct = DistinctEntries::default();
             self.bytes = (self.bytes + slot_bytes(group, slot)).saturating_sub(old);
         }
     }
@@ -135,7 +130,7 @@ impl GroupCache {
         &mut self,
         store: &dyn StateBackend,
         group: &[u8],
-        key: Vec<u8>,
+        key: &[u8],
         width: usize,
         apply: impl FnOnce(&mut [i64]) -> bool,
     ) -> Result<()> {
@@ -144,23 +139,13 @@ impl GroupCache {
                 "a COUNT(DISTINCT) entry of a group that was not read first".into(),
             ));
         };
-        match slot.distinct.entry(key) {
-            Entry::Occupied(mut e) => {
-                let (counts, dirty) = e.get_mut();
-                if apply(counts) {
-                    *dirty = true;
-                }
-            }
-            Entry::Vacant(e) => {
-                let mut counts = match store.get(e.key())? {
-                    Some(b) => decode_counts(&b, width)?,
-                    None => vec![0; width],
-                };
-                let dirty = apply(&mut counts);
-                self.bytes += distinct_bytes(e.key(), &counts);
-                e.insert((counts, dirty));
-            }
-        }
+        let read = || match store.get(key)? {
+            Some(b) => decode_counts(&b, width),
+            None => Ok(vec![0; width]),
+        };
+        self.bytes +=
+            slot.distinct
+                .update(&self.hasher, key, width, read, &mut self.scratch, apply)?;
         Ok(())
     }
 
@@ -174,10 +159,8 @@ impl GroupCache {
                     writes.put(slot.key.clone(), state.encode())?;
                 }
             }
-            for (key, (counts, dirty)) in slot.distinct.iter_mut() {
-                if std::mem::take(dirty) {
-                    write_distinct(&mut writes, key.clone(), counts)?;
-                }
+            for (key, counts) in slot.distinct.take_dirty() {
+                write_distinct(&mut writes, key, counts)?;
             }
         }
         writes.finish()
@@ -191,27 +174,27 @@ impl GroupCache {
         }
         self.bytes = 0;
         let mut writes = ChunkedWrites::new(store);
-        for slot in std::mem::take(&mut self.groups).into_values() {
+        for mut slot in std::mem::take(&mut self.groups).into_values() {
             if let (true, Some(state)) = (slot.dirty, &slot.state) {
                 writes.put(slot.key, state.encode())?;
             }
-            for (key, (counts, dirty)) in slot.distinct {
-                if dirty {
-                    write_distinct(&mut writes, key, &counts)?;
-                }
+            for (key, counts) in slot.distinct.take_dirty() {
+                write_distinct(&mut writes, key, counts)?;
             }
         }
         writes.finish()
     }
 }
 
-/// A COUNT(DISTINCT) entry's counts: put, or deleted when none is above zero.
-fn write_distinct(writes: &mut ChunkedWrites<'_>, key: Vec<u8>, counts: &[i64]) -> Result<()> {
-    if counts.iter().any(|c| *c > 0) {
-        writes.put(key, encode_counts(counts))
+/// A COUNT(DISTINCT) entry's counts (as stored): put, or deleted when none is above zero.
+fn write_distinct(writes: &mut ChunkedWrites<'_>, key: &[u8], counts: &[u8]) -> Result<()> {
+    let any = counts
+        .chunks_exact(8)
+        .any(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()) > 0);
+    if any {
+        writes.put(key.to_vec(), counts.to_vec())
     } else {
-        let end = just_after(&key);
-        writes.delete_range(key, end)
+        writes.delete_range(key.to_vec(), just_after(key))
     }
 }
 
@@ -220,11 +203,15 @@ mod tests {
     use super::*;
     use crate::state::{MemoryStateBackend, WriteBatch};
 
+    fn encode_counts(counts: &[i64]) -> Vec<u8> {
+        counts.iter().flat_map(|c| c.to_le_bytes()).collect()
+    }
+
     /// Sets the entry's counts; returns what they were.
     fn set(cache: &mut GroupCache, store: &dyn StateBackend, key: &[u8], to: &[i64]) -> Vec<i64> {
         let mut was = Vec::new();
         cache
-            .update_distinct(store, b"a", key.to_vec(), to.len(), |counts| {
+            .update_distinct(store, b"a", key, to.len(), |counts| {
                 was = counts.to_vec();
                 counts.copy_from_slice(to);
                 was != to
@@ -269,7 +256,7 @@ mod tests {
         cache.flush(&store).unwrap();
         assert_eq!(store.get(b"ka-x").unwrap(), None);
         assert!(cache
-            .update_distinct(&store, b"b", b"kb-x".to_vec(), 1, |_| true)
+            .update_distinct(&store, b"b", b"kb-x", 1, |_| true)
             .is_err());
         set(&mut cache, &store, b"ka-x", &[2, 1]);
         cache.flush(&store).unwrap();

@@ -37,11 +37,6 @@ pub(super) fn distinct_sets(aggregates: &[UpdatingAggregate]) -> Vec<Vec<usize>>
     sets
 }
 
-/// An entry's stored counts.
-pub(super) fn encode_counts(counts: &[i64]) -> Vec<u8> {
-    counts.iter().flat_map(|c| c.to_le_bytes()).collect()
-}
-
 /// An entry's counts as stored, `width` of them.
 pub(super) fn decode_counts(bytes: &[u8], width: usize) -> Result<Vec<i64>> {
     if bytes.len() != 8 * width {
@@ -120,7 +115,7 @@ pub(super) fn accumulate(
         }
         let g = entry_group[e];
         let after = &mut t.after[g];
-        cache.update_distinct(store, &t.groups[g], key, width, |counts| {
+        cache.update_distinct(store, &t.groups[g], &key, width, |counts| {
             let mut changed = false;
             for ((count, d), &m) in counts.iter_mut().zip(delta).zip(input.members) {
                 let had = *count;
