@@ -143,9 +143,9 @@ impl GroupCache {
             Some(b) => decode_counts(&b, width),
             None => Ok(vec![0; width]),
         };
-        self.bytes +=
-            slot.distinct
-                .update(&self.hasher, key, width, read, &mut self.scratch, apply)?;
+        self.bytes += slot
+            .distinct
+            .update(&self.hasher, key, read, &mut self.scratch, apply)?;
         Ok(())
     }
 

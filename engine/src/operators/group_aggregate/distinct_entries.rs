@@ -9,7 +9,7 @@
 use ahash::RandomState;
 use hashbrown::HashTable;
 
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 
 /// Bytes before the counts: the dirty flag and the number of counts.
 const HEADER: usize = 5;
@@ -17,7 +17,7 @@ const HEADER: usize = 5;
 /// What one entry costs in memory: its allocation (rounded up to the allocator's 16-byte
 /// size classes) and its share of the table (a 16-byte slot and a control byte, the table
 /// between 7/16 and 7/8 full: 1.5x on average).
-pub(super) fn entry_bytes(len: usize) -> usize {
+fn entry_bytes(len: usize) -> usize {
     len.next_multiple_of(16) + 26
 }
 
@@ -33,7 +33,7 @@ fn key(entry: &[u8]) -> &[u8] {
 }
 
 /// The entry's counts, as stored.
-pub(super) fn counts(entry: &[u8]) -> &[u8] {
+fn counts(entry: &[u8]) -> &[u8] {
     &entry[HEADER..HEADER + 8 * width(entry)]
 }
 
@@ -64,13 +64,12 @@ pub(super) struct DistinctEntries {
 }
 
 impl DistinctEntries {
-    /// Changes the entry `key` (its `width` counts read by `read` when it is not held) with
-    /// `apply`; returns the bytes a new entry added.
+    /// Changes the entry `key` (its counts read by `read` when it is not held) with `apply`;
+    /// returns the bytes a new entry added.
     pub fn update(
         &mut self,
         hasher: &RandomState,
         key: &[u8],
-        width: usize,
         read: impl FnOnce() -> Result<Vec<i64>>,
         scratch: &mut Vec<i64>,
         apply: impl FnOnce(&mut [i64]) -> bool,
@@ -82,10 +81,12 @@ impl DistinctEntries {
         }
         let mut counts = read()?;
         let dirty = apply(&mut counts);
-        let mut entry = Vec::with_capacity(HEADER + 8 * width + key.len());
+        let width = u32::try_from(counts.len()).map_err(|_| {
+            EngineError::Internal(format!("{} COUNT(DISTINCT)s in one entry", counts.len()))
+        })?;
+        let mut entry = Vec::with_capacity(HEADER + 8 * counts.len() + key.len());
         entry.push(u8::from(dirty));
-        // A width past u32 cannot be: it is the number of aggregates of one query.
-        entry.extend_from_slice(&u32::try_from(width).unwrap_or(u32::MAX).to_le_bytes());
+        entry.extend_from_slice(&width.to_le_bytes());
         entry.extend(counts.iter().flat_map(|c| c.to_le_bytes()));
         entry.extend_from_slice(key);
         let bytes = entry_bytes(entry.len());
@@ -139,7 +140,7 @@ mod tests {
         for (key, width) in &keys {
             let read = || Ok((0..*width as i64).collect());
             bytes += entries
-                .update(&hasher, key, *width, read, &mut scratch, |c| {
+                .update(&hasher, key, read, &mut scratch, |c| {
                     c[0] += 10;
                     key.len() == 2
                 })
@@ -152,7 +153,6 @@ mod tests {
                 .update(
                     &hasher,
                     key,
-                    *width,
                     || unreachable!(),
                     &mut scratch,
                     |c| {
