@@ -41,6 +41,7 @@ mod interval;
 mod interval_join;
 mod join;
 mod panes;
+mod session;
 mod source;
 mod stream_join;
 mod top_n;
@@ -107,6 +108,8 @@ pub struct StreamPlanner<'a> {
     /// The Top-N filter (its address) whose row number the projection above it drops: the
     /// Top-N then emits the rows entering and leaving the top, not every changed rank.
     rank_unused: Option<usize>,
+    /// SESSION scans an aggregation may fuse with ([`session`]), by stage.
+    sessions: HashMap<usize, session::SessionScan>,
 }
 
 /// Settings that change what a query computes (SET, or a sink's WITH); each job records the
@@ -207,6 +210,7 @@ impl<'a> StreamPlanner<'a> {
             late_staged: false,
             modes: QueryModes::default(),
             rank_unused: None,
+            sessions: HashMap::new(),
         }
     }
 

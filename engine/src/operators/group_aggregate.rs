@@ -29,16 +29,14 @@
 mod cache;
 mod distinct;
 mod distinct_entries;
-mod state;
-mod values;
+pub(crate) mod state;
+pub(crate) mod values;
 
 use datafusion::common::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, Int8Array,
-};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::compute::{cast, filter_record_batch, interleave};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampNanosecondType};
@@ -59,7 +57,7 @@ use crate::state::{
 };
 use cache::GroupCache;
 use state::{restore_repartitioned, AggState, GroupState, Keys};
-use values::{add_sums, sum_column, takes};
+use values::{add_sums, result_column, takes};
 
 /// Keys a batch expires at most (the rest wait for the next batches).
 pub(crate) const EXPIRE_PER_BATCH: usize = 1024;
@@ -109,7 +107,7 @@ impl UpdatingAggregate {
     }
 
     /// What the running sum adds up, for SUM and AVG.
-    fn sum_type(&self) -> Option<DataType> {
+    pub(crate) fn sum_type(&self) -> Option<DataType> {
         match self.kind {
             UpdatingAggKind::Sum => Some(self.output.clone()),
             UpdatingAggKind::Avg => Some(DataType::Float64),
@@ -544,35 +542,31 @@ impl GroupAggregateOperator {
             columns.extend(converter.convert_rows(rows)?);
         }
         for (i, agg) in self.spec.aggregates.iter().enumerate() {
-            let states = groups.iter().map(|&g| {
-                if before {
-                    t.before[g]
-                        .as_ref()
-                        .map_or(AggState::default(), |s| s.aggs[i])
-                } else {
-                    t.after[g].aggs[i]
-                }
-            });
-            let column: ArrayRef = match agg.kind {
-                UpdatingAggKind::Count | UpdatingAggKind::CountDistinct => {
-                    Arc::new(Int64Array::from_iter_values(states.map(|s| s.n)))
-                }
-                UpdatingAggKind::Avg => Arc::new(Float64Array::from_iter(
-                    states.map(|s| (s.n > 0).then(|| s.float() / s.n as f64)),
-                )),
-                UpdatingAggKind::Sum => sum_column(&agg.output, states)?,
-                UpdatingAggKind::Min | UpdatingAggKind::Max => {
-                    let extremes = if before {
-                        &t.extreme_before
+            let states: Vec<AggState> = groups
+                .iter()
+                .map(|&g| {
+                    if before {
+                        t.before[g]
+                            .as_ref()
+                            .map_or(AggState::default(), |s| s.aggs[i])
                     } else {
-                        &t.extreme_after
-                    };
-                    let values: Vec<Option<&[u8]>> =
-                        groups.iter().map(|&g| extremes[g][i].as_deref()).collect();
-                    self.extreme_column(i, &agg.output, &values)?
-                }
+                        t.after[g].aggs[i]
+                    }
+                })
+                .collect();
+            let extremes = if before {
+                &t.extreme_before
+            } else {
+                &t.extreme_after
             };
-            columns.push(column);
+            let values: Vec<Option<&[u8]>> =
+                groups.iter().map(|&g| extremes[g][i].as_deref()).collect();
+            columns.push(result_column(
+                agg,
+                &states,
+                &values,
+                self.values[i].as_ref(),
+            )?);
         }
         columns
             .into_iter()
@@ -585,45 +579,6 @@ impl GroupAggregateOperator {
                 }
             })
             .collect()
-    }
-
-    /// MIN / MAX values from their value rows (`None`: NULL).
-    fn extreme_column(
-        &self,
-        agg: usize,
-        output: &DataType,
-        values: &[Option<&[u8]>],
-    ) -> Result<ArrayRef> {
-        let converter = self.values[agg]
-            .as_ref()
-            .ok_or_else(|| EngineError::Internal("MIN/MAX without a value encoding".into()))?;
-        let present: Vec<usize> = (0..values.len()).filter(|&i| values[i].is_some()).collect();
-        if present.is_empty() {
-            return Ok(new_null_array(output, values.len()));
-        }
-        let parser = converter.parser();
-        let decoded = converter
-            .convert_rows(
-                present
-                    .iter()
-                    .filter_map(|&i| values[i])
-                    .map(|v| parser.parse(v)),
-            )?
-            .remove(0);
-        // Spread the decoded values back over their rows, NULL elsewhere.
-        let nulls = new_null_array(decoded.data_type(), 1);
-        let mut next = 0;
-        let indices: Vec<(usize, usize)> = values
-            .iter()
-            .map(|v| match v {
-                Some(_) => {
-                    next += 1;
-                    (0, next - 1)
-                }
-                None => (1, 0),
-            })
-            .collect();
-        Ok(interleave(&[decoded.as_ref(), nulls.as_ref()], &indices)?)
     }
 }
 

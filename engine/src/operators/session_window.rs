@@ -51,7 +51,7 @@ use crate::operators::windowed::{
 use crate::window::WINDOW_TIME_BEFORE_END;
 
 /// Rows waiting for the watermark to pass their own watermark, under `W_r + 1`.
-const PENDING: usize = 0;
+pub(super) const PENDING: usize = 0;
 /// Rows placed in a session, under the end their session had when they were put there.
 const HELD: usize = 1;
 
@@ -80,28 +80,12 @@ impl OperatorFactory for SessionWindowSpec {
 
     fn create(&self, task: &TaskInfo) -> Result<Box<dyn Operator>> {
         let part = KeyedRows::new(&self.keys, &self.input_schema)?;
-        let route = match self.keys.len() {
-            0 => PartRoute::Single,
-            n => PartRoute::Keys(n),
-        };
-        let lanes = [PENDING, HELD]
-            .iter()
-            .map(|&tag| LaneState {
-                handle: task.state.sub(tag as u8),
-                route,
-                part_schema: Arc::clone(part.schema()),
-            })
-            .collect();
-        let fields = part.schema().fields()[..self.keys.len()]
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
         let mut op = SessionWindowOperator {
             spec: self.clone(),
             output_schema: Arc::clone(&self.input_schema),
+            windows: self.open_lanes(task, &part, &[PENDING, HELD])?,
+            keys: self.key_converter(&part)?,
             part,
-            windows: OpenWindows::open(lanes, task.state.memory_budget(), task.restored_epoch)?,
-            keys: RowConverter::new(fields)?,
             sessions: HashMap::new(),
             metrics: Arc::clone(&task.metrics),
         };
@@ -127,12 +111,12 @@ pub struct SessionWindowOperator {
 }
 
 /// The columns of a part the operator reads, row by row.
-struct PartRows {
-    keys: Vec<Vec<u8>>,
+pub(super) struct PartRows {
+    pub keys: Vec<Vec<u8>>,
     /// Event time of each row (`window_end - gap`).
-    times: Vec<EventTime>,
+    pub times: Vec<EventTime>,
     /// Each row's `W_r` (the `window_start` slot while the row has no session).
-    watermarks: Vec<EventTime>,
+    pub watermarks: Vec<EventTime>,
 }
 
 impl SessionWindowOperator {
@@ -141,42 +125,11 @@ impl SessionWindowOperator {
     }
 
     fn read(&self, rows: &RecordBatch) -> Result<PartRows> {
-        let n = self.n_keys();
-        let keys = if n == 0 {
-            vec![Vec::new(); rows.num_rows()]
-        } else {
-            let converted = self.keys.convert_columns(&rows.columns()[..n])?;
-            converted.iter().map(|r| r.as_ref().to_vec()).collect()
-        };
-        let nanos = |i: usize| -> Result<Vec<EventTime>> {
-            let a = timestamps_as_nanos(rows.column(n + i))?;
-            Ok(a.values().to_vec())
-        };
-        let gap = self.spec.gap;
-        Ok(PartRows {
-            keys,
-            times: nanos(self.spec.window_end)?
-                .into_iter()
-                .map(|end| end.saturating_sub(gap))
-                .collect(),
-            watermarks: nanos(self.spec.window_start)?,
-        })
+        read_part(&self.spec, &self.keys, rows)
     }
 
-    /// The rows of `lane`'s window ending at `end`, taken out.
     fn take_rows(&mut self, lane: usize, end: EventTime) -> Result<Option<RecordBatch>> {
-        let taken = self.windows.take(lane, end)?;
-        let mut parts = taken
-            .memory
-            .map(BufferedRows::into_batches)
-            .unwrap_or_default();
-        parts.extend(taken.parts);
-        parts.retain(|p| p.num_rows() > 0);
-        match parts.len() {
-            0 => Ok(None),
-            1 => Ok(parts.pop()),
-            _ => Ok(Some(concat_batches(self.part.schema(), &parts)?)),
-        }
+        take_rows(&mut self.windows, self.part.schema(), lane, end)
     }
 
     /// Puts `rows` (indices `rows_of[end]`) into lane `HELD` under each `end`.
@@ -204,11 +157,7 @@ impl SessionWindowOperator {
     /// decreasing event time.
     fn place(&mut self, rows: &RecordBatch, out: &mut Output) -> Result<()> {
         let r = self.read(rows)?;
-        let mut order: Vec<usize> = (0..rows.num_rows()).collect();
-        order.sort_by(|&a, &b| {
-            (r.watermarks[a], std::cmp::Reverse(r.times[a]))
-                .cmp(&(r.watermarks[b], std::cmp::Reverse(r.times[b])))
-        });
+        let order = judging_order(&r);
         let gap = self.spec.gap;
         let mut late = 0u64;
         let mut kept = LateRows::default();
@@ -227,17 +176,7 @@ impl SessionWindowOperator {
                 }
             }
         }
-        if late > 0 {
-            self.metrics.add_late_rows(late);
-        }
-        if !kept.is_empty() {
-            // The part is `keys ++ row`; the table's columns come before window_start.
-            let n = self.n_keys();
-            let own: Vec<usize> = (n..n + self.spec.window_start).collect();
-            if let Some(b) = kept.batch(&rows.project(&own)?, own.len())? {
-                out.emit_late(b);
-            }
-        }
+        report_late(&self.spec, &self.metrics, rows, late, kept, out)?;
         let mut by_end: BTreeMap<EventTime, Vec<u32>> = BTreeMap::new();
         placed.sort_unstable();
         for i in placed {
@@ -344,6 +283,149 @@ impl SessionWindowOperator {
     }
 }
 
+impl SessionWindowSpec {
+    /// The row lanes (`tags`) of a session operator: rows as `keys ++ row`, re-routed by the
+    /// keys after a rescale.
+    pub(super) fn open_lanes(
+        &self,
+        task: &TaskInfo,
+        part: &KeyedRows,
+        tags: &[usize],
+    ) -> Result<OpenWindows<BufferedRows>> {
+        let route = match self.keys.len() {
+            0 => PartRoute::Single,
+            n => PartRoute::Keys(n),
+        };
+        let lanes = tags
+            .iter()
+            .map(|&tag| LaneState {
+                handle: task.state.sub(tag as u8),
+                route,
+                part_schema: Arc::clone(part.schema()),
+            })
+            .collect();
+        OpenWindows::open(lanes, task.state.memory_budget(), task.restored_epoch)
+    }
+
+    /// Encodes the partition keys of a part (its first columns).
+    pub(super) fn key_converter(&self, part: &KeyedRows) -> Result<RowConverter> {
+        let fields = part.schema().fields()[..self.keys.len()]
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(RowConverter::new(fields)?)
+    }
+}
+
+/// Reads the keys, event times and `W_r` of a part's rows.
+pub(super) fn read_part(
+    spec: &SessionWindowSpec,
+    keys: &RowConverter,
+    rows: &RecordBatch,
+) -> Result<PartRows> {
+    let n = spec.keys.len();
+    let keys = if n == 0 {
+        vec![Vec::new(); rows.num_rows()]
+    } else {
+        let converted = keys.convert_columns(&rows.columns()[..n])?;
+        converted.iter().map(|r| r.as_ref().to_vec()).collect()
+    };
+    let nanos = |i: usize| -> Result<Vec<EventTime>> {
+        let a = timestamps_as_nanos(rows.column(n + i))?;
+        Ok(a.values().to_vec())
+    };
+    let gap = spec.gap;
+    Ok(PartRows {
+        keys,
+        times: nanos(spec.window_end)?
+            .into_iter()
+            .map(|end| end.saturating_sub(gap))
+            .collect(),
+        watermarks: nanos(spec.window_start)?,
+    })
+}
+
+/// The order rows are judged in: increasing `W_r`, then decreasing event time.
+pub(super) fn judging_order(r: &PartRows) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..r.times.len()).collect();
+    order.sort_by(|&a, &b| {
+        (r.watermarks[a], std::cmp::Reverse(r.times[a]))
+            .cmp(&(r.watermarks[b], std::cmp::Reverse(r.times[b])))
+    });
+    order
+}
+
+/// Counts the late rows of a part and emits those kept (`kept`) as late rows.
+pub(super) fn report_late(
+    spec: &SessionWindowSpec,
+    metrics: &JobMetrics,
+    rows: &RecordBatch,
+    late: u64,
+    kept: LateRows,
+    out: &mut Output,
+) -> Result<()> {
+    if late > 0 {
+        metrics.add_late_rows(late);
+    }
+    if !kept.is_empty() {
+        // The part is `keys ++ row`; the table's columns come before window_start.
+        let n = spec.keys.len();
+        let own: Vec<usize> = (n..n + spec.window_start).collect();
+        if let Some(b) = kept.batch(&rows.project(&own)?, own.len())? {
+            out.emit_late(b);
+        }
+    }
+    Ok(())
+}
+
+/// Puts a batch's rows into lane `PENDING`, to wait under `W_r + 1`.
+pub(super) fn wait(
+    windows: &mut OpenWindows<BufferedRows>,
+    part: &KeyedRows,
+    spec: &SessionWindowSpec,
+    batch: &RecordBatch,
+) -> Result<()> {
+    let part = part.of(batch)?;
+    let watermarks = timestamps_as_nanos(batch.column(spec.window_start))?;
+    let waits: Vec<EventTime> = (0..watermarks.len())
+        .map(|i| watermarks.value(i).saturating_add(1))
+        .collect();
+    for run in split_by_window(&waits) {
+        let rows = run.owned_batch(&part)?;
+        windows.update(
+            PENDING,
+            run.end,
+            || Ok(BufferedRows::default()),
+            |b| {
+                b.push(rows);
+                Ok(())
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// The rows of `lane`'s window ending at `end`, taken out, as one batch.
+pub(super) fn take_rows(
+    windows: &mut OpenWindows<BufferedRows>,
+    schema: &SchemaRef,
+    lane: usize,
+    end: EventTime,
+) -> Result<Option<RecordBatch>> {
+    let taken = windows.take(lane, end)?;
+    let mut parts = taken
+        .memory
+        .map(BufferedRows::into_batches)
+        .unwrap_or_default();
+    parts.extend(taken.parts);
+    parts.retain(|p| p.num_rows() > 0);
+    match parts.len() {
+        0 => Ok(None),
+        1 => Ok(parts.pop()),
+        _ => Ok(Some(concat_batches(schema, &parts)?)),
+    }
+}
+
 /// Merges the row window `[t, t + gap]` with the sessions it overlaps or touches. Returns
 /// false (and changes nothing) when it touches none and has itself ended under `watermark`:
 /// the row is late.
@@ -385,23 +467,7 @@ impl Operator for SessionWindowOperator {
                 "a session window has one input, got a batch on input {input}"
             )));
         }
-        let part = self.part.of(&batch)?;
-        let watermarks = timestamps_as_nanos(batch.column(self.spec.window_start))?;
-        let waits: Vec<EventTime> = (0..watermarks.len())
-            .map(|i| watermarks.value(i).saturating_add(1))
-            .collect();
-        for run in split_by_window(&waits) {
-            let rows = run.owned_batch(&part)?;
-            self.windows.update(
-                PENDING,
-                run.end,
-                || Ok(BufferedRows::default()),
-                |b| {
-                    b.push(rows);
-                    Ok(())
-                },
-            )?;
-        }
+        wait(&mut self.windows, &self.part, &self.spec, &batch)?;
         self.enforce_budget()
     }
 

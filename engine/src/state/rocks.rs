@@ -177,7 +177,13 @@ impl StateBackend for RocksDbStateBackend {
     fn write(&self, batch: WriteBatch) -> Result<()> {
         let mut rocks = RocksBatch::default();
         for (start, end) in &batch.delete_ranges {
-            rocks.delete_range(start, end);
+            // The range of one key (`just_after`): a point delete, not a range tombstone
+            // (many tombstones slow every read that crosses them).
+            if end.len() == start.len() + 1 && end.last() == Some(&0) && end.starts_with(start) {
+                rocks.delete(start);
+            } else {
+                rocks.delete_range(start, end);
+            }
         }
         for (k, v) in &batch.puts {
             rocks.put(k, v);

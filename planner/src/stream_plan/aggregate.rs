@@ -25,16 +25,16 @@ const EARLY_FIRE: &str =
     "a window aggregate with window_emit = 'on_update', whose partial rows are replaced as windows fill";
 
 /// The GROUP BY list, split into the window and the other keys.
-struct GroupBy {
+pub(super) struct GroupBy {
     /// Keys other than the window columns, evaluated on the input.
-    keys: Vec<Arc<dyn PhysicalExpr>>,
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
     /// The GROUP BY list in output order.
-    group_columns: Vec<GroupColumn>,
+    pub group_columns: Vec<GroupColumn>,
     /// The window grouped by: its `window_end` if grouped by one, else its `window_time`, else
     /// its `window_start`.
-    window: Option<WindowColumn>,
-    /// The window bound each output column holds (the group columns, then the aggregates).
-    out_windows: Vec<Option<WindowBound>>,
+    pub window: Option<WindowColumn>,
+    /// The window bound each output column holds (the group columns).
+    pub out_windows: Vec<Option<WindowBound>>,
 }
 
 /// The aggregate expressions lowered, with their `FILTER (WHERE ...)`.
@@ -80,6 +80,9 @@ impl StreamPlanner<'_> {
             return self.plan_updating_aggregate(agg, input, keys, Some(window));
         }
         self.append_only(&input, "a window aggregate")?;
+        if let Some(fused) = self.fuse_session_aggregate(agg, &input, &group_by)? {
+            return Ok(fused);
+        }
         let (aggregates, filters) = self.lower_aggregates(agg, &input, &input_arrow)?;
         group_by
             .out_windows
@@ -305,7 +308,7 @@ impl StreamPlanner<'_> {
 
     /// One aggregate expression as an [`UpdatingAggregate`], or why it cannot be maintained
     /// under retractions.
-    fn updating_aggregate(
+    pub(super) fn updating_aggregate(
         &self,
         e: &Expr,
         input: &Stream,

@@ -73,7 +73,19 @@ impl StreamPlanner<'_> {
             }
             _ => stream,
         };
+        let before = self.stages[stream.stage].chain.len();
         let stream = self.scan_projection(stream, scan, source);
+        let after = self.stages[stream.stage].chain.len();
+        if let Some(session) = self
+            .sessions
+            .get_mut(&stream.stage)
+            .filter(|s| s.chain_len == before)
+        {
+            if after > before {
+                session.projection = scan.projection.clone();
+            }
+            session.chain_len = after;
+        }
         match scan.fetch {
             Some(fetch) => self.limit(stream, 0, Some(fetch)),
             None => Ok(stream),
@@ -256,7 +268,17 @@ impl StreamPlanner<'_> {
             description: format!("SessionWindow: {}", window.text),
         };
         let stage = self.keyed_stage(&stream, keys, None, &input_schema, "session");
-        self.stages[stage].chain.push(Arc::new(spec));
+        self.stages[stage].chain.push(Arc::new(spec.clone()));
+        let position = self.stages[stage].chain.len() - 1;
+        self.sessions.insert(
+            stage,
+            super::session::SessionScan {
+                position,
+                spec,
+                projection: None,
+                chain_len: position + 1,
+            },
+        );
         if let Some(table) = late_rows {
             self.late.insert(stage, table);
         }

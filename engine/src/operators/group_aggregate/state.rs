@@ -30,7 +30,7 @@ pub(super) const WINDOW_TAG: u8 = b'e';
 
 /// One aggregate's running state.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub(super) struct AggState {
+pub(crate) struct AggState {
     /// Values taken, net of retractions (COUNT(DISTINCT): distinct values).
     pub n: i64,
     /// Running sum: an i128, or the bits of an f64.
@@ -49,7 +49,7 @@ impl AggState {
 
 /// A group's running state.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(super) struct GroupState {
+pub(crate) struct GroupState {
     /// Rows of the group, net of retractions.
     pub rows: i64,
     pub aggs: Vec<AggState>,
@@ -64,6 +64,28 @@ impl GroupState {
             rows: 0,
             aggs: vec![AggState::default(); aggregates],
             extremes: vec![None; aggregates],
+        }
+    }
+
+    /// Adds `other`'s rows and values to this state (two SESSION windows merging): counts and
+    /// sums add (`floats[i]`: aggregate `i`'s sum is an f64), kept extremes keep the smaller
+    /// value row (MAX's rows sort descending).
+    pub fn merge(&mut self, other: GroupState, floats: &[bool]) {
+        self.rows += other.rows;
+        for (i, (a, b)) in self.aggs.iter_mut().zip(other.aggs).enumerate() {
+            a.n += b.n;
+            if floats[i] {
+                a.add_float(b.float());
+            } else {
+                a.v = a.v.wrapping_add(b.v);
+            }
+        }
+        for (mine, theirs) in self.extremes.iter_mut().zip(other.extremes) {
+            if let Some(e) = theirs {
+                if mine.as_deref().is_none_or(|m| e.as_slice() < m) {
+                    *mine = Some(e);
+                }
+            }
         }
     }
 
@@ -196,7 +218,7 @@ impl Keys<'_> {
 }
 
 /// An event time as bytes that sort like it.
-fn ordered(t: EventTime) -> [u8; 8] {
+pub(crate) fn ordered(t: EventTime) -> [u8; 8] {
     ((t as u64) ^ (1 << 63)).to_be_bytes()
 }
 
@@ -245,6 +267,18 @@ mod tests {
         assert_eq!(back, s);
         assert_eq!(back.aggs[1].float(), 2.5);
         assert!(GroupState::decode(&s.encode(), 3).is_err());
+        // Merging adds counts and sums (the second one a float) and keeps the smaller extreme.
+        let mut other = GroupState::new(2);
+        other.rows = 2;
+        other.aggs[0] = AggState { n: 1, v: 10 };
+        other.aggs[1].add_float(0.25);
+        other.extremes[0] = Some(b"\x01a".to_vec());
+        let mut merged = s.clone();
+        merged.extremes[0] = Some(b"\x01b".to_vec());
+        merged.merge(other, &[false, true]);
+        assert_eq!((merged.rows, merged.aggs[0]), (7, AggState { n: 4, v: 3 }));
+        assert_eq!(merged.aggs[1].float(), 2.75);
+        assert_eq!(merged.extremes[0].as_deref(), Some(&b"\x01a"[..]));
         // Kept extremes ride after the sums.
         s.extremes[1] = Some(b"\x01max".to_vec());
         let back = GroupState::decode(&s.encode(), 2).unwrap();

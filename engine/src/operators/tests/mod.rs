@@ -7,6 +7,7 @@ mod emit_order;
 mod group_aggregate;
 mod interval_join;
 mod partition;
+mod session_aggregate;
 mod session_window;
 mod stream_join;
 mod top_n;

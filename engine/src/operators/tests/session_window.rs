@@ -53,8 +53,8 @@ fn batch(rows: &[Row]) -> RecordBatch {
     .unwrap()
 }
 
-fn session(keyed: bool) -> OperatorUnderTest {
-    let spec = SessionWindowSpec {
+pub(super) fn session_spec(keyed: bool) -> SessionWindowSpec {
+    SessionWindowSpec {
         input_schema: input_schema(),
         gap: GAP,
         keys: if keyed { vec![col("k", 1)] } else { vec![] },
@@ -63,7 +63,11 @@ fn session(keyed: bool) -> OperatorUnderTest {
         window_time: 4,
         keep_late: false,
         description: String::new(),
-    };
+    }
+}
+
+fn session(keyed: bool) -> OperatorUnderTest {
+    let spec = session_spec(keyed);
     let routing = if keyed {
         Partitioning::Hash(vec![col("k", 1)])
     } else {
@@ -75,7 +79,7 @@ fn session(keyed: bool) -> OperatorUnderTest {
 /// Rows out of order (up to 45 behind the newest) over ~300 time units and 4 keys (sessions
 /// both merge and split), in batches of 1 to 20, the watermark trailing the newest time by up
 /// to 15.
-fn events(seed: u64) -> Steps<Row> {
+pub(super) fn events(seed: u64) -> Steps<Row> {
     let mut rng = Rng::new(seed);
     let (mut t, mut id, mut watermark) = (0, 0, EventTime::MIN);
     let mut steps = Vec::new();
@@ -97,7 +101,7 @@ fn events(seed: u64) -> Steps<Row> {
 /// ending by a row's watermark fire before it; a row joins the open sessions of its key it
 /// overlaps or touches, else opens one unless its own window has ended. Rows come out with
 /// their session's bounds; also the late count.
-fn expected(steps: &Steps<Row>, keyed: bool) -> (Vec<Vec<Option<i64>>>, u64) {
+pub(super) fn expected(steps: &Steps<Row>, keyed: bool) -> (Vec<Vec<Option<i64>>>, u64) {
     let mut rows: Vec<Row> = steps.steps.iter().flat_map(|(r, _)| r.clone()).collect();
     rows.sort_by_key(|r| (r.3, std::cmp::Reverse(r.2), r.0));
     let mut open = OpenSessions::new();
@@ -147,7 +151,7 @@ fn expected(steps: &Steps<Row>, keyed: bool) -> (Vec<Vec<Option<i64>>>, u64) {
     (out, late)
 }
 
-fn feed(h: &mut Harness, rows: &[Row]) {
+pub(super) fn feed(h: &mut Harness, rows: &[Row]) {
     h.batch(0, batch(rows)).unwrap();
 }
 
