@@ -95,6 +95,11 @@ impl OperatorFactory for SessionAggregateSpec {
                 )?;
             }
         }
+        // What the aggregates' expressions read: the window's input rows as projected.
+        let read = match &self.projection {
+            Some(columns) => Arc::new(window.input_schema.project(columns)?),
+            None => Arc::clone(&window.input_schema),
+        };
         let values = self
             .aggregates
             .iter()
@@ -106,8 +111,7 @@ impl OperatorFactory for SessionAggregateSpec {
                     descending: a.kind == UpdatingAggKind::Max,
                     nulls_first: false,
                 };
-                let field =
-                    SortField::new_with_options(a.arg.data_type(&window.input_schema)?, options);
+                let field = SortField::new_with_options(a.arg.data_type(&read)?, options);
                 Ok(Some(RowConverter::new(vec![field])?))
             })
             .collect::<Result<Vec<_>>>()?;
