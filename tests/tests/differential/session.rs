@@ -87,7 +87,7 @@ const MERGEABLE: &str = "count(*), count(v), sum(v), min(v), max(v), avg(v)";
 
 /// The aggregates of a seed's query: both plans, in turns of four seeds (each gap gets both).
 fn aggregates_of(seed: u64) -> &'static str {
-    if (seed / 4) % 2 == 0 {
+    if (seed / 4).is_multiple_of(2) {
         AGGREGATES
     } else {
         MERGEABLE
