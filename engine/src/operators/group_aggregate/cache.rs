@@ -16,7 +16,7 @@ use datafusion::common::HashMap;
 use crate::error::{EngineError, Result};
 use crate::state::{just_after, ChunkedWrites, StateBackend};
 
-use super::distinct::decode_counts;
+use super::distinct::{decode_counts, stored_counts};
 use super::distinct_entries::DistinctEntries;
 use super::state::GroupState;
 
@@ -188,9 +188,7 @@ impl GroupCache {
 
 /// A COUNT(DISTINCT) entry's counts (as stored): put, or deleted when none is above zero.
 fn write_distinct(writes: &mut ChunkedWrites<'_>, key: &[u8], counts: &[u8]) -> Result<()> {
-    let any = counts
-        .chunks_exact(8)
-        .any(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()) > 0);
+    let any = stored_counts(counts).any(|c| c > 0);
     if any {
         writes.put(key.to_vec(), counts.to_vec())
     } else {

@@ -46,10 +46,14 @@ pub(super) fn decode_counts(bytes: &[u8], width: usize) -> Result<Vec<i64>> {
             8 * width
         )));
     }
-    Ok(bytes
+    Ok(stored_counts(bytes).collect())
+}
+
+/// The little-endian i64 counts of stored bytes (a COUNT(DISTINCT) entry's value).
+pub(super) fn stored_counts(bytes: &[u8]) -> impl Iterator<Item = i64> + '_ {
+    bytes
         .chunks_exact(8)
         .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
-        .collect())
 }
 
 /// What one shared multiset needs to take a batch.

@@ -9,6 +9,7 @@
 use ahash::RandomState;
 use hashbrown::HashTable;
 
+use super::distinct::stored_counts;
 use crate::error::{EngineError, Result};
 
 /// Bytes before the counts: the dirty flag and the number of counts.
@@ -41,11 +42,7 @@ fn counts(entry: &[u8]) -> &[u8] {
 /// `apply` says they changed.
 fn apply_to(entry: &mut [u8], scratch: &mut Vec<i64>, apply: impl FnOnce(&mut [i64]) -> bool) {
     scratch.clear();
-    scratch.extend(
-        counts(entry)
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())),
-    );
+    scratch.extend(stored_counts(counts(entry)));
     let changed = apply(scratch);
     for (to, c) in entry[HEADER..].chunks_exact_mut(8).zip(scratch.iter()) {
         to.copy_from_slice(&c.to_le_bytes());
@@ -121,10 +118,7 @@ mod tests {
     use super::*;
 
     fn decode(counts: &[u8]) -> Vec<i64> {
-        counts
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-            .collect()
+        stored_counts(counts).collect()
     }
 
     #[test]
