@@ -4,16 +4,19 @@
 //! `SESSION(...)` when every aggregate is COUNT, SUM, AVG, MIN or MAX (without DISTINCT);
 //! otherwise a [`super::session_window`] feeds a window aggregate.
 //!
-//! - input, lateness and the order rows are judged in: as the session window's. Rows wait in
-//!   lane `PENDING` under `W_r + 1` until the watermark passes their `W_r`, then are placed
-//!   level by level, in increasing `W_r` and decreasing event time, so a session's rows never
-//!   depend on batch sizes, parallelism or the interleaving of source partitions.
+//! - input, lateness and the order rows are judged in: as the session window's. A batch waits
+//!   whole in lane `PENDING` under its smallest `W_r`, plus one (not cut into one batch per
+//!   `W_r`, which is nearly per row); the watermark that reaches it takes out the rows whose
+//!   `W_r` it passed (the others wait again) and judges them together, in increasing `W_r`
+//!   and decreasing event time, firing the sessions that end by a row's `W_r` before the
+//!   row. So a session's rows never depend on batch sizes, parallelism or the interleaving
+//!   of source partitions.
 //! - state: an open session keeps one running state of its aggregates (the updating GROUP
 //!   BY's [`GroupState`]), not its rows: a placed row is folded in, sessions that a row bridges
 //!   add their states together. Each session's end is a timer.
-//! - on watermark: levels are placed and sessions fire in order of time (a level at `W_r + 1`
-//!   before the sessions ending there); a fired session emits one row, the GROUP BY list then
-//!   the aggregates, and is dropped. The watermark passes on.
+//! - on watermark: rows are placed and sessions fire in order of time (the rows at `W_r`
+//!   before the sessions ending at `W_r + 1`); a fired session emits one row, the GROUP BY
+//!   list then the aggregates, and is dropped. The watermark passes on.
 //! - at barrier: the sessions changed since the last barrier are written to the store
 //!   (`s | len(key) | key | start -> end | state`) and those gone since are deleted; the
 //!   waiting rows are written as the session window's. A restore scans the sessions back; at
@@ -25,14 +28,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray};
-use datafusion::arrow::compute::{cast, SortOptions};
+use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray, UInt32Array};
+use datafusion::arrow::compute::{cast, concat_batches, take_record_batch, SortOptions};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::HashMap;
 
 use crate::error::{EngineError, Result};
+use crate::event_time::timestamps_as_nanos;
 use crate::graph::{OperatorFactory, TaskInfo};
 use crate::late_rows::{LateRows, SESSION_CLOSED};
 use crate::message::EventTime;
@@ -42,7 +46,7 @@ use crate::operators::group_aggregate::state::{ordered, AggState, GroupState};
 use crate::operators::group_aggregate::values::{add_value, result_column, takes};
 use crate::operators::group_aggregate::{UpdatingAggKind, UpdatingAggregate};
 use crate::operators::session_window::{
-    judging_order, read_part, report_late, take_rows, wait, SessionWindowSpec, PENDING,
+    judging_order, read_part, report_late, take_rows, SessionWindowSpec, PENDING,
 };
 use crate::operators::window_aggregate::GroupColumn;
 use crate::operators::windowed::{BufferedRows, KeyedRows, OpenWindows};
@@ -232,22 +236,43 @@ impl SessionAggregateOperator {
         Ok(v)
     }
 
-    /// Places a level's waiting rows into sessions (or drops them as late) and folds each
-    /// into its session's state.
-    fn place(&mut self, rows: &RecordBatch, out: &mut Output) -> Result<()> {
-        let window = &self.spec.session;
-        let r = read_part(window, &self.keys, rows)?;
+    /// Places the waiting rows whose `W_r` the watermark passed into sessions (or drops them
+    /// as late), folding each into its session's state; the sessions ending by a row's `W_r`
+    /// fire before it (into `fired`). The other rows wait on.
+    fn place(
+        &mut self,
+        rows: &RecordBatch,
+        watermark: EventTime,
+        fired: &mut Vec<Fired>,
+        out: &mut Output,
+    ) -> Result<()> {
+        let r = read_part(&self.spec.session, &self.keys, rows)?;
+        let waiting: Vec<u32> = (0..rows.num_rows())
+            .filter(|&i| r.watermarks[i] >= watermark)
+            .map(|i| i as u32)
+            .collect();
+        if let Some(first) = waiting.iter().map(|&i| r.watermarks[i as usize]).min() {
+            let held = take_record_batch(rows, &UInt32Array::from(waiting))?;
+            self.wait(held, first)?;
+        }
         let values = self.level_values(rows)?;
+        let (gap, keep_late) = (self.spec.session.gap, self.spec.session.keep_late);
         let aggregates = self.spec.aggregates.len();
         let mut late = 0u64;
         let mut kept = LateRows::default();
         let mut merged_away = Vec::new();
         for i in judging_order(&r) {
+            let w = r.watermarks[i];
+            if w >= watermark {
+                continue;
+            }
+            // What fired at points up to `W_r` is final before the row is judged.
+            self.fire_until(w, fired);
             let key = &r.keys[i];
             let sessions = self.sessions.entry_ref(key.as_slice()).or_default();
             let placed = place_row(
                 sessions,
-                (r.times[i], window.gap, r.watermarks[i]),
+                (r.times[i], gap, w),
                 aggregates,
                 &self.floats,
                 &mut merged_away,
@@ -256,8 +281,8 @@ impl SessionAggregateOperator {
                 .extend(merged_away.drain(..).map(|start| (key.clone(), start)));
             let Some(start) = placed else {
                 late += 1;
-                if window.keep_late {
-                    kept.push(i, r.watermarks[i], SESSION_CLOSED);
+                if keep_late {
+                    kept.push(i, w, SESSION_CLOSED);
                 }
                 if sessions.is_empty() {
                     self.sessions.remove(key.as_slice());
@@ -277,7 +302,22 @@ impl SessionAggregateOperator {
                     .push((key.clone(), start));
             }
         }
-        report_late(window, &self.metrics, rows, late, kept, out)
+        report_late(&self.spec.session, &self.metrics, rows, late, kept, out)
+    }
+
+    /// Rows (`keys ++ row`) wait in lane `PENDING` under the smallest `W_r` among them, plus
+    /// one: the watermark that passes it takes them all out, and those it did not pass yet
+    /// wait again.
+    fn wait(&mut self, rows: RecordBatch, first: EventTime) -> Result<()> {
+        self.windows.update(
+            PENDING,
+            first.saturating_add(1),
+            || Ok(BufferedRows::default()),
+            |b| {
+                b.push(rows);
+                Ok(())
+            },
+        )
     }
 
     /// Fires the sessions ending at or before `point`.
@@ -568,33 +608,32 @@ impl Operator for SessionAggregateOperator {
                 "a session aggregate has one input, got a batch on input {input}"
             )));
         }
-        wait(&mut self.windows, &self.part, &self.spec.session, &batch)?;
+        let rows = self.part.of(&batch)?;
+        let watermarks = timestamps_as_nanos(batch.column(self.spec.session.window_start))?;
+        if let Some(&first) = watermarks.values().iter().min() {
+            self.wait(rows, first)?;
+        }
         self.enforce_budget()
     }
 
     fn on_watermark(&mut self, watermark: EventTime, out: &mut Output) -> Result<EventTime> {
-        self.windows.advance(watermark);
-        let mut fired = Vec::new();
-        // In order of time: the level waiting under a point is placed before the sessions
-        // ending there fire (its rows may still reach them).
-        loop {
-            let level = self.windows.first_ready(watermark);
-            let timer = self
-                .timers
-                .first_key_value()
-                .map(|(end, _)| *end)
-                .filter(|end| *end <= watermark);
-            let Some(point) = level.into_iter().chain(timer).min() else {
-                break;
-            };
-            if level == Some(point) {
-                let schema = Arc::clone(self.part.schema());
-                if let Some(rows) = take_rows(&mut self.windows, &schema, PENDING, point)? {
-                    self.place(&rows, out)?;
-                }
-            }
-            self.fire_until(point, &mut fired);
+        // The waiting rows the watermark may have passed (a source's next watermark usually
+        // passes a whole batch), judged together in order of `W_r`.
+        let schema = Arc::clone(self.part.schema());
+        let mut parts = Vec::new();
+        for end in self.windows.advance(watermark) {
+            parts.extend(take_rows(&mut self.windows, &schema, PENDING, end)?);
         }
+        let mut fired = Vec::new();
+        let rows = match parts.len() {
+            0 => None,
+            1 => parts.pop(),
+            _ => Some(concat_batches(&schema, &parts)?),
+        };
+        if let Some(rows) = rows {
+            self.place(&rows, watermark, &mut fired, out)?;
+        }
+        self.fire_until(watermark, &mut fired);
         self.emit(fired, out)?;
         self.enforce_budget()?;
         Ok(watermark)

@@ -379,7 +379,7 @@ pub(super) fn report_late(
 }
 
 /// Puts a batch's rows into lane `PENDING`, to wait under `W_r + 1`.
-pub(super) fn wait(
+fn wait(
     windows: &mut OpenWindows<BufferedRows>,
     part: &KeyedRows,
     spec: &SessionWindowSpec,
