@@ -1,8 +1,12 @@
 //! The operator trait: what a dataflow operator implements. The runtime does everything else
 //! (channels, watermark minimum, barrier alignment, routing).
 
-use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::record_batch::RecordBatch;
+use std::sync::Arc;
+
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::compute::{cast, concat_batches};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
 use crate::error::Result;
 use crate::message::EventTime;
@@ -147,4 +151,34 @@ pub trait Operator: Send {
     fn prepare_barrier(&mut self, _out: &mut Output) -> Result<()> {
         Ok(())
     }
+}
+
+/// An operator's result batch of `rows` rows: each column cast to its field's type in
+/// `schema` where it differs ([`cast_columns`]).
+pub fn output_batch(
+    schema: &SchemaRef,
+    columns: Vec<ArrayRef>,
+    rows: usize,
+) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        cast_columns(schema, columns)?,
+        &RecordBatchOptions::new().with_row_count(Some(rows)),
+    )?)
+}
+
+/// Each column cast to the type of its field in `schema` where it differs (a result computed
+/// in a wider type, a window bound as the plan types it).
+pub fn cast_columns(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<Vec<ArrayRef>> {
+    Ok(columns
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c)
+            } else {
+                cast(&c, f.data_type())
+            }
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?)
 }

@@ -36,7 +36,7 @@ use datafusion::common::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array};
+use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int8Array};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::compute::{cast, filter_record_batch, interleave};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampNanosecondType};
@@ -49,7 +49,7 @@ use crate::error::{EngineError, Result};
 use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MIN};
 use crate::metrics::JobMetrics;
-use crate::operator::{Operator, Output};
+use crate::operator::{cast_columns, Operator, Output};
 use crate::operators::windowed::WindowColumn;
 use crate::state::ttl::now_ms;
 use crate::state::{
@@ -568,17 +568,7 @@ impl GroupAggregateOperator {
                 self.values[i].as_ref(),
             )?);
         }
-        columns
-            .into_iter()
-            .zip(self.spec.output_schema.fields())
-            .map(|(c, f)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c)
-                } else {
-                    Ok(cast(&c, f.data_type())?)
-                }
-            })
-            .collect()
+        cast_columns(&self.spec.output_schema, columns)
     }
 }
 

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray, UInt32Array};
 use datafusion::arrow::compute::{cast, concat_batches, take_record_batch, SortOptions};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::HashMap;
 
@@ -41,7 +41,7 @@ use crate::graph::{OperatorFactory, TaskInfo};
 use crate::late_rows::{LateRows, SESSION_CLOSED};
 use crate::message::EventTime;
 use crate::metrics::JobMetrics;
-use crate::operator::{Operator, Output};
+use crate::operator::{output_batch, Operator, Output};
 use crate::operators::group_aggregate::state::{ordered, AggState, GroupState};
 use crate::operators::group_aggregate::values::{add_value, result_column, takes};
 use crate::operators::group_aggregate::{UpdatingAggKind, UpdatingAggregate};
@@ -395,21 +395,10 @@ impl SessionAggregateOperator {
                 self.values[i].as_ref(),
             )?);
         }
-        let columns = columns
-            .into_iter()
-            .zip(self.spec.output_schema.fields())
-            .map(|(c, f)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c)
-                } else {
-                    Ok(cast(&c, f.data_type())?)
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        out.emit(RecordBatch::try_new_with_options(
-            Arc::clone(&self.spec.output_schema),
+        out.emit(output_batch(
+            &self.spec.output_schema,
             columns,
-            &RecordBatchOptions::new().with_row_count(Some(fired.len())),
+            fired.len(),
         )?);
         Ok(())
     }

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::array::{new_null_array, Array, ArrayRef, Int8Array, UInt32Array};
-use datafusion::arrow::compute::{cast, interleave, take};
+use datafusion::arrow::compute::{interleave, take};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
@@ -40,7 +40,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::changelog::{self, Op};
 use crate::error::{EngineError, Result};
 use crate::graph::{OperatorFactory, TaskInfo};
-use crate::operator::{Operator, Output};
+use crate::operator::{output_batch, Operator, Output};
 use crate::operators::group_aggregate::EXPIRE_PER_BATCH;
 use crate::operators::JoinKind;
 use crate::state::ttl::now_ms;
@@ -489,22 +489,7 @@ impl StreamJoinOperator {
                 self.spec.description
             )));
         }
-        let columns = columns
-            .into_iter()
-            .zip(self.output_schema.fields())
-            .map(|(c, f)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c)
-                } else {
-                    Ok(cast(&c, f.data_type())?)
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(RecordBatch::try_new_with_options(
-            Arc::clone(&self.output_schema),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(emits.len())),
-        )?)
+        output_batch(&self.output_schema, columns, emits.len())
     }
 }
 

@@ -26,7 +26,6 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, TimestampNanosecondArray};
-use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
@@ -40,7 +39,7 @@ use crate::error::{EngineError, Result};
 use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MAX};
 use crate::metrics::JobMetrics;
-use crate::operator::{Operator, Output};
+use crate::operator::{output_batch, Operator, Output};
 use crate::operators::local_aggregate::LocalAggregateSpec;
 use crate::operators::windowed::{buckets_for, hash_buckets};
 use crate::operators::windowed::{
@@ -547,24 +546,7 @@ impl WindowAggregateOperator {
             }
             columns.push(values);
         }
-        let fields = self.spec.output_schema.fields();
-        let columns = columns
-            .into_iter()
-            .zip(fields.iter())
-            .map(|(c, f)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c)
-                } else {
-                    cast(&c, f.data_type())
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let options = RecordBatchOptions::new().with_row_count(Some(n));
-        Ok(Some(RecordBatch::try_new_with_options(
-            Arc::clone(&self.spec.output_schema),
-            columns,
-            &options,
-        )?))
+        Ok(Some(output_batch(&self.spec.output_schema, columns, n)?))
     }
 }
 

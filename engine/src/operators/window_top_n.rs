@@ -33,7 +33,7 @@ use crate::error::{EngineError, Result};
 use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::EventTime;
 use crate::metrics::JobMetrics;
-use crate::operator::{Operator, Output};
+use crate::operator::{output_batch, Operator, Output};
 use crate::operators::windowed::{
     BufferedRows, KeyedRows, LaneState, OpenWindows, PartRoute, WindowColumn,
 };
@@ -128,20 +128,10 @@ impl WindowTopNOperator {
         let selected = take_record_batch(&rows, &UInt32Array::from(kept))?;
         let mut columns = selected.columns().to_vec();
         columns.push(Arc::new(UInt64Array::from(numbers)));
-        let columns = columns
-            .into_iter()
-            .zip(self.spec.output_schema.fields().iter())
-            .map(|(c, f)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c)
-                } else {
-                    datafusion::arrow::compute::cast(&c, f.data_type())
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        out.emit(RecordBatch::try_new(
-            Arc::clone(&self.spec.output_schema),
+        out.emit(output_batch(
+            &self.spec.output_schema,
             columns,
+            selected.num_rows(),
         )?);
         Ok(())
     }
