@@ -130,6 +130,9 @@ pub struct QueryModes {
     /// `early_fire_interval`: an early-fire window aggregate emits each group's net change
     /// this often (processing time) instead of after every input batch.
     pub early_fire_interval: Option<std::time::Duration>,
+    /// `mini_batch`: an updating GROUP BY holds its input rows up to this long (processing
+    /// time) and applies them together, each group emitting its net change once.
+    pub mini_batch: Option<std::time::Duration>,
 }
 
 /// A query planned up to its result stream, before its sink is attached: whether the result

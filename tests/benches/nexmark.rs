@@ -6,7 +6,8 @@
 //!   checkpoints (`WEIR_BENCH_CHECKPOINT=100ms` for another interval;
 //!   `WEIR_BENCH_DELIVERY=at_least_once` or `both` for the other delivery), at
 //!   parallelism `WEIR_BENCH_PARALLELISM` (default 2), with as many source partitions, and
-//!   the session's `memory_budget` (`WEIR_BENCH_BUDGET=64MB` for another);
+//!   the session's `memory_budget` (`WEIR_BENCH_BUDGET=64MB` for another) and `mini_batch`
+//!   (`WEIR_BENCH_MINI_BATCH=1s` to apply the updating GROUP BYs' input in mini-batches);
 //! - from two sources (`WEIR_BENCH_SOURCE=file`, `generator` or `both`, the default): "file"
 //!   reads events files the bench writes once (Arrow IPC, the source's `events_file` option,
 //!   decoded in place from the mapped file), so the query is timed without the generator;
@@ -182,6 +183,9 @@ fn child(query: &str, delivery: &str, events: usize, parallelism: usize, source:
     run(&mut s, &format!("SET delivery = '{delivery}'"));
     if let Ok(budget) = std::env::var("WEIR_BENCH_BUDGET") {
         run(&mut s, &format!("SET memory_budget = '{budget}'"));
+    }
+    if let Ok(mini_batch) = std::env::var("WEIR_BENCH_MINI_BATCH") {
+        run(&mut s, &format!("SET mini_batch = '{mini_batch}'"));
     }
     let cpu0 = cpu_seconds();
     let started = Instant::now();

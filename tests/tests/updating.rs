@@ -63,18 +63,21 @@ fn create_table(s: &mut Session, path: &str, batch_size: usize) {
     assert!(matches!(execute(s, &ddl).unwrap(), Collected::Command));
 }
 
-/// Runs `sql` in streaming mode (within `budget`, if given); returns the changelog rows in
-/// arrival order.
+/// Runs `sql` in streaming mode (within `budget`, with `mini_batch`, if given); returns the
+/// changelog rows in arrival order.
 fn changelog(
     path: &str,
     batch_size: usize,
     parallelism: usize,
-    budget: Option<&str>,
+    (budget, mini_batch): (Option<&str>, Option<&str>),
     sql: &str,
 ) -> Vec<Vec<String>> {
     let mut s = session(parallelism);
     if let Some(b) = budget {
         execute(&mut s, &format!("SET memory_budget = '{b}'")).unwrap();
+    }
+    if let Some(m) = mini_batch {
+        execute(&mut s, &format!("SET mini_batch = '{m}'")).unwrap();
     }
     create_table(&mut s, path, batch_size);
     execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
@@ -95,19 +98,23 @@ fn applied_changelogs_equal_batch_sql_at_any_parallelism_and_batch_size() {
         for sql in QUERIES {
             let want = batch_reference(&path, sql);
             // A 1-byte memory budget: whatever an operator holds in memory must spill or stream.
-            for (parallelism, batch_size, budget) in [
-                (1, 1, None),
-                (1, 64, None),
-                (2, 7, Some("1")),
-                (3, 200, None),
-                (3, 8192, Some("1")),
+            // Mini-batches of 1 ms apply a timer's worth of batches at a time; of an hour, all
+            // the input at its end.
+            for (parallelism, batch_size, budget, mini_batch) in [
+                (1, 1, None, None),
+                (1, 64, None, None),
+                (2, 7, Some("1"), None),
+                (3, 200, None, None),
+                (3, 8192, Some("1"), None),
+                (2, 3, None, Some("1ms")),
+                (3, 16, Some("1"), Some("1h")),
             ] {
-                let log = changelog(&path, batch_size, parallelism, budget, sql);
+                let log = changelog(&path, batch_size, parallelism, (budget, mini_batch), sql);
                 retractions += log.iter().filter(|r| r[0] == "-U" || r[0] == "-D").count();
                 assert_eq!(
                     apply_changelog(&log),
                     want,
-                    "seed {seed}, parallelism {parallelism}, batch_size {batch_size}, budget {budget:?}: {sql}"
+                    "seed {seed}, parallelism {parallelism}, batch_size {batch_size}, budget {budget:?}, mini_batch {mini_batch:?}: {sql}"
                 );
             }
         }
@@ -187,6 +194,7 @@ fn append_only_consumers_refuse_an_updating_query_with_the_reason() {
             "window_emit must be 'on_close' or 'on_update'",
         ),
         ("SET state_ttl = 'soon'".to_string(), "state_ttl"),
+        ("SET mini_batch = 'soon'".to_string(), "mini_batch"),
         (
             format!(
                 "CREATE SINK dbz WITH (connector = 'file', path = '{}', format = 'debezium-json', changelog = 'op') AS {agg}",
@@ -406,7 +414,7 @@ fn an_updating_view_and_changelog_sink_survive_kills_and_rescaling() {
          WITH (connector = 'file', path = '{path}', header = 'true', batch_size = '100', rate = '20000');
          SET runtime_mode = 'streaming';
          SET checkpoint_interval = '50ms';
-         CREATE MATERIALIZED VIEW mv AS {sql};
+         CREATE MATERIALIZED VIEW mv WITH (mini_batch = '30ms') AS {sql};
          CREATE MATERIALIZED VIEW mv_alo WITH (delivery = 'at_least_once') AS {sql};
          CREATE MATERIALIZED VIEW mv_join AS {JOIN_SQL};
          CREATE MATERIALIZED VIEW mv_top WITH (delivery = 'at_least_once') AS {TOP_SQL};
@@ -537,13 +545,24 @@ fn every_read_of_an_updating_view_is_the_result_of_a_checkpointed_input_prefix()
     .unwrap();
     execute(&mut s, "SET runtime_mode = 'streaming'").unwrap();
     execute(&mut s, "SET checkpoint_interval = '40ms'").unwrap();
+    // The aggregate in mini-batches that only the barriers apply: its reads must still be
+    // checkpointed prefixes.
     let views = [
         ("mv_agg", QUERIES[1]),
         ("mv_join", JOIN_SQL),
         ("mv_top", TOP_SQL),
     ];
     for (name, sql) in views {
-        execute(&mut s, &format!("CREATE MATERIALIZED VIEW {name} AS {sql}")).unwrap();
+        let with = if name == "mv_agg" {
+            " WITH (mini_batch = '1h')"
+        } else {
+            ""
+        };
+        execute(
+            &mut s,
+            &format!("CREATE MATERIALIZED VIEW {name}{with} AS {sql}"),
+        )
+        .unwrap();
     }
     let mut reads: Vec<std::collections::BTreeSet<Vec<Vec<String>>>> = vec![Default::default(); 3];
     let mut prefixes: Vec<std::collections::BTreeSet<usize>> = vec![[0].into(); 3];

@@ -8,6 +8,10 @@
 //!   what changed: `+I` of its first result row, `-U` of the old row then `+U` of the new one,
 //!   or `-D` of the old row when its last row was retracted. A group whose result did not
 //!   change emits nothing.
+//! - with `mini_batch` (`SET mini_batch`), input batches are held and applied together: on
+//!   the timer, before each barrier, when a window closes, at the end of input, or when
+//!   [`mini_batch::MAX_ROWS`] rows are held; each group then emits its net change over the
+//!   mini-batch ([`mini_batch`]).
 //! - aggregates: COUNT(*), COUNT(x), SUM, AVG, MIN, MAX, COUNT(DISTINCT x), each with an
 //!   optional FILTER. MIN, MAX and COUNT(DISTINCT) keep the multiset of their values in the
 //!   store, so retracting the current extreme finds the next one (see [`state`]); over an
@@ -29,6 +33,7 @@
 mod cache;
 mod distinct;
 mod distinct_entries;
+mod mini_batch;
 pub(crate) mod state;
 pub(crate) mod values;
 
@@ -56,6 +61,7 @@ use crate::state::{
     count_of, just_after, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch,
 };
 use cache::GroupCache;
+use mini_batch::MiniBatch;
 use state::{restore_repartitioned, AggState, GroupState, Keys};
 use values::{add_sums, result_column, takes};
 
@@ -142,6 +148,9 @@ pub struct GroupAggregateSpec {
     /// holding each row's window (one of the group keys). A group's state is dropped when
     /// the watermark passes its window's end; rows of windows already closed are late.
     pub window: Option<WindowColumn>,
+    /// `SET mini_batch`: input rows wait up to this long (processing time) and are applied
+    /// together; `None` applies each input batch as it comes.
+    pub mini_batch: Option<Duration>,
     pub description: String,
 }
 
@@ -207,6 +216,7 @@ impl OperatorFactory for GroupAggregateSpec {
             spec: self.clone(),
             handle: task.state.clone(),
             distinct_sets: distinct::distinct_sets(&self.aggregates),
+            held: MiniBatch::default(),
             keys,
             values,
             output_schema,
@@ -231,6 +241,8 @@ pub struct GroupAggregateOperator {
     expiry: Option<KeyExpiry>,
     /// The input watermark (early-fire windows close at it).
     watermark: EventTime,
+    /// With `mini_batch`: input rows not applied yet.
+    held: MiniBatch,
     metrics: Arc<JobMetrics>,
 }
 
@@ -590,36 +602,21 @@ fn same_result(spec: &GroupAggregateSpec, t: &Touched, g: usize) -> bool {
     })
 }
 
-impl Operator for GroupAggregateOperator {
-    fn name(&self) -> &str {
-        "GroupAggregate"
-    }
-
-    fn on_watermark(&mut self, watermark: EventTime, _out: &mut Output) -> Result<EventTime> {
-        if self.spec.window.is_some() && watermark > self.watermark {
-            self.close_windows(watermark)?;
+impl GroupAggregateOperator {
+    /// With `mini_batch`: applies the held rows as one batch.
+    fn apply_held(&mut self, out: &mut Output) -> Result<()> {
+        match self.held.take()? {
+            Some((rel, signs)) => self.apply(rel, signs, out),
+            None => Ok(()),
         }
-        self.watermark = self.watermark.max(watermark);
-        Ok(watermark)
     }
 
-    fn snapshot(&mut self, _epoch: u64) -> Result<Option<Vec<u8>>> {
-        self.cache.flush(self.handle.store()?.as_ref())?;
-        Ok(None)
-    }
-
-    fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Output) -> Result<()> {
-        if batch.num_rows() == 0 {
-            return Ok(());
-        }
+    /// Applies rows (`signs`: +1 adds a row, -1 retracts it) to their groups and emits each
+    /// group's change.
+    fn apply(&mut self, rel: RecordBatch, signs: Vec<i64>, out: &mut Output) -> Result<()> {
         let store = self.handle.store()?;
         let now = now_ms();
         self.expire(store.as_ref(), now)?;
-        let (rel, signs) = changelog::signed(&batch, self.spec.input_updating)?;
-        let (rel, signs) = self.drop_late(rel, signs)?;
-        if rel.num_rows() == 0 {
-            return Ok(());
-        }
         let mut t = self.touch(&rel, store.as_ref())?;
         let mut writes = WriteBatch::default();
         self.accumulate(&rel, &signs, &mut t, store.as_ref(), &mut writes)?;
@@ -703,6 +700,62 @@ impl Operator for GroupAggregateOperator {
             columns,
             &options,
         )?);
+        Ok(())
+    }
+}
+
+impl Operator for GroupAggregateOperator {
+    fn name(&self) -> &str {
+        "GroupAggregate"
+    }
+
+    fn on_watermark(&mut self, watermark: EventTime, out: &mut Output) -> Result<EventTime> {
+        if self.spec.window.is_some() && watermark > self.watermark {
+            // The held rows' changes come before their windows close.
+            self.apply_held(out)?;
+            self.close_windows(watermark)?;
+        }
+        self.watermark = self.watermark.max(watermark);
+        Ok(watermark)
+    }
+
+    fn snapshot(&mut self, _epoch: u64) -> Result<Option<Vec<u8>>> {
+        self.cache.flush(self.handle.store()?.as_ref())?;
+        Ok(None)
+    }
+
+    fn timer_interval(&self) -> Option<Duration> {
+        self.spec.mini_batch
+    }
+
+    fn on_timer(&mut self, out: &mut Output) -> Result<()> {
+        self.apply_held(out)
+    }
+
+    fn prepare_barrier(&mut self, out: &mut Output) -> Result<()> {
+        self.apply_held(out)
+    }
+
+    fn finish(&mut self, out: &mut Output) -> Result<()> {
+        self.apply_held(out)
+    }
+
+    fn process_batch(&mut self, batch: RecordBatch, _input: usize, out: &mut Output) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let (rel, signs) = changelog::signed(&batch, self.spec.input_updating)?;
+        let (rel, signs) = self.drop_late(rel, signs)?;
+        if rel.num_rows() == 0 {
+            return Ok(());
+        }
+        if self.spec.mini_batch.is_none() {
+            return self.apply(rel, signs, out);
+        }
+        self.held.push(rel, signs);
+        if self.held.is_full() {
+            self.apply_held(out)?;
+        }
         Ok(())
     }
 }

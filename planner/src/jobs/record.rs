@@ -81,6 +81,14 @@ pub struct JobSettings {
         skip_serializing_if = "Option::is_none"
     )]
     pub early_fire_interval: Option<Duration>,
+    /// `mini_batch` of the job (its WITH, else the session's when it was created).
+    #[serde(
+        default,
+        rename = "mini_batch_ms",
+        with = "optional_millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub mini_batch: Option<Duration>,
 }
 
 impl JobSettings {
@@ -91,6 +99,7 @@ impl JobSettings {
             early_fire: self.early_fire,
             state_ttl: self.state_ttl,
             early_fire_interval: self.early_fire_interval,
+            mini_batch: self.mini_batch,
         }
     }
 }
@@ -266,6 +275,7 @@ mod tests {
                 early_fire: false,
                 state_ttl: None,
                 early_fire_interval: None,
+                mini_batch: Some(Duration::from_millis(500)),
             },
             base_dir: PathBuf::from("/work"),
             state: JobState::Stopped,

@@ -32,6 +32,17 @@ pub(super) fn parse_early_fire_interval(value: &str) -> Result<Option<Duration>>
     Ok((!d.is_zero()).then_some(d))
 }
 
+/// `off` (or `none`, `0`): an updating GROUP BY applies each input batch as it comes;
+/// otherwise a positive duration its input rows may wait to be applied together.
+pub(super) fn parse_mini_batch(value: &str) -> Result<Option<Duration>> {
+    let v = value.trim().trim_matches('\'').trim();
+    if ["off", "none", "0"].contains(&v.to_ascii_lowercase().as_str()) {
+        return Ok(None);
+    }
+    let d = parse_duration(v).map_err(|e| invalid!("mini_batch: {e}"))?;
+    Ok((!d.is_zero()).then_some(d))
+}
+
 pub(super) fn parse_duration(value: &str) -> Result<Duration> {
     weir_connectors::options::parse_duration(value).map_err(|e| invalid!("{e}"))
 }
@@ -224,6 +235,14 @@ impl Session {
                 "with window_emit = 'on_update': off emits each window's changed rows after every input batch; a duration emits each row's net change that often (processing time), and a window's final row when it closes; a sink's WITH (early_fire_interval = ...) sets its own",
             ),
             (
+                "mini_batch",
+                self.config
+                    .modes
+                    .mini_batch
+                    .map_or_else(|| "off".to_string(), format_duration),
+                "off: an updating GROUP BY applies each input batch as it comes and emits its changed rows after every batch; a duration: it holds its input rows up to that long (processing time; also until each checkpoint, at most 100,000 rows) and applies them together, each group emitting its net change once (fewer changes, less state traffic; Flink's mini-batch); a sink's WITH (mini_batch = ...) sets its own",
+            ),
+            (
                 "state_ttl",
                 self.config
                     .modes
@@ -310,6 +329,10 @@ impl Session {
             }
             "early_fire_interval" => {
                 self.config.modes.early_fire_interval = parse_early_fire_interval(value)?;
+                Ok(())
+            }
+            "mini_batch" => {
+                self.config.modes.mini_batch = parse_mini_batch(value)?;
                 Ok(())
             }
             "late_rows" => {

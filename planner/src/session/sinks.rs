@@ -13,7 +13,9 @@ use weir_connectors::{create_sink, Options, SinkContext};
 use weir_engine::JobGraph;
 use weir_engine::OperatorFactory;
 
-use super::settings::{parse_delivery, parse_duration, parse_early_fire_interval, parse_state_ttl};
+use super::settings::{
+    parse_delivery, parse_duration, parse_early_fire_interval, parse_mini_batch, parse_state_ttl,
+};
 use super::{text_rows, Session, SessionConfig, StatementResult};
 use crate::catalog::TableDef;
 use crate::error::{PlanError, Result};
@@ -59,6 +61,7 @@ pub const JOB_OPTIONS: &[&str] = &[
     "delivery",
     "state_ttl",
     "early_fire_interval",
+    "mini_batch",
 ];
 
 /// Makes a relative `path` option absolute against `base` (when set: a job planned again
@@ -199,6 +202,7 @@ impl Session {
             early_fire: self.config.modes.early_fire,
             state_ttl: self.config.modes.state_ttl,
             early_fire_interval: self.config.modes.early_fire_interval,
+            mini_batch: self.config.modes.mini_batch,
         };
         let mut rest = Vec::new();
         for (k, v) in options.drain(..) {
@@ -209,6 +213,7 @@ impl Session {
                 "early_fire_interval" => {
                     settings.early_fire_interval = parse_early_fire_interval(&v)?
                 }
+                "mini_batch" => settings.mini_batch = parse_mini_batch(&v)?,
                 _ => rest.push((k, v)),
             }
         }

@@ -259,13 +259,17 @@ impl StreamPlanner<'_> {
             output_schema: arrow_schema(&agg.schema),
             state_ttl: self.modes.state_ttl,
             window,
+            mini_batch: self.modes.mini_batch,
             description: format!(
-                "GroupAggregate ({}): group by [{}], aggregates [{}]",
+                "GroupAggregate ({}{}): group by [{}], aggregates [{}]",
                 if window.is_some() {
                     "updating, early results per window"
                 } else {
                     "updating"
                 },
+                self.modes
+                    .mini_batch
+                    .map_or_else(String::new, |d| format!(", mini-batches of {d:?}")),
                 exprs_text(&agg.group_expr),
                 exprs_text(&agg.aggr_expr)
             ),

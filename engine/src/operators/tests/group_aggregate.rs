@@ -36,11 +36,12 @@ fn input_schema() -> SchemaRef {
 /// ```
 /// (without `k` in the GROUP BY when `keyed` is false).
 /// `updating`: whether the input is an updating stream (otherwise append-only: MIN and MAX
-/// keep only their extreme).
+/// keep only their extreme). `mini_batch`: input rows are held until the timer.
 fn aggregate_with(
     keyed: bool,
     state_ttl: Option<std::time::Duration>,
     updating: bool,
+    mini_batch: bool,
 ) -> OperatorUnderTest {
     let schema = input_schema();
     let v = || col("v", 1);
@@ -89,6 +90,7 @@ fn aggregate_with(
         output_schema: Arc::new(Schema::new(out)),
         state_ttl,
         window: None,
+        mini_batch: mini_batch.then(|| std::time::Duration::from_secs(3600)),
         description: String::new(),
     };
     let routing = if keyed {
@@ -251,6 +253,9 @@ struct Setup {
     updating: bool,
     /// The task's memory budget (the group cache's share).
     budget: Option<usize>,
+    /// Mini-batches: rows are held and applied on every third step's timer (or a restore's
+    /// barrier); nothing is emitted in between.
+    mini_batch: bool,
 }
 
 impl Default for Setup {
@@ -258,6 +263,7 @@ impl Default for Setup {
         Self {
             updating: true,
             budget: None,
+            mini_batch: false,
         }
     }
 }
@@ -269,7 +275,7 @@ fn check_with(
     parallelism: usize,
     restarts: &[(usize, usize)],
 ) {
-    let mut op = aggregate_with(keyed, None, setup.updating);
+    let mut op = aggregate_with(keyed, None, setup.updating, setup.mini_batch);
     if let Some(budget) = setup.budget {
         op = op.with_memory_budget(budget);
     }
@@ -292,7 +298,21 @@ fn check_with(
                 live.swap_remove(at);
             }
         }
-        apply(&mut table, &h.take_output());
+        if setup.mini_batch {
+            if i % 3 != 2 {
+                let held = h.take_output();
+                assert!(held.is_empty(), "emitted before the timer: {held:?}");
+                continue;
+            }
+            h.timer().unwrap();
+            let out = h.take_output();
+            // One change per group and mini-batch: at most a -U/+U pair for each of 6 keys.
+            let rows: usize = out.iter().map(RecordBatch::num_rows).sum();
+            assert!(rows <= 12, "{rows} changes in one mini-batch");
+            apply(&mut table, &out);
+        } else {
+            apply(&mut table, &h.take_output());
+        }
         let mut want = direct(&live, keyed);
         if !keyed && live.is_empty() && !table.is_empty() {
             // The global row stays once it has existed, as in batch SQL.
@@ -325,7 +345,7 @@ fn restores_at_other_parallelisms_continue_the_same_changelog() {
 fn an_append_only_input_keeps_only_the_extremes_and_gives_the_same_results() {
     let append_only = Setup {
         updating: false,
-        budget: None,
+        ..Setup::default()
     };
     for seed in [11, 12] {
         check_with(append_only, true, seed, 1, &[]);
@@ -340,6 +360,7 @@ fn a_group_cache_emptied_after_every_batch_changes_nothing() {
         let tiny = Setup {
             updating,
             budget: Some(1),
+            ..Setup::default()
         };
         check_with(tiny, true, 21, 2, &[(20, 3), (40, 1)]);
         check_with(tiny, false, 22, 1, &[(30, 1)]);
@@ -347,9 +368,29 @@ fn a_group_cache_emptied_after_every_batch_changes_nothing() {
 }
 
 #[test]
+fn mini_batches_emit_each_groups_net_change_once_with_the_same_results() {
+    for (updating, budget) in [
+        (true, None),
+        (false, None),
+        (true, Some(1)),
+        (false, Some(1)),
+    ] {
+        let setup = Setup {
+            updating,
+            budget,
+            mini_batch: true,
+        };
+        check_with(setup, true, 31, 1, &[]);
+        // Restores at a step the timer did not reach: the barrier applies the held rows.
+        check_with(setup, true, 32, 3, &[(19, 2), (40, 1)]);
+        check_with(setup, false, 33, 1, &[(25, 1)]);
+    }
+}
+
+#[test]
 fn a_group_not_touched_for_the_state_ttl_starts_afresh() {
     let ttl = std::time::Duration::from_millis(300);
-    let op = aggregate_with(true, Some(ttl), true);
+    let op = aggregate_with(true, Some(ttl), true, false);
     let mut h = op.start(1).unwrap();
     let row = |k: i64, v: i64| ((k, Some(v), "n".to_string()), Op::Insert);
     h.batch(0, batch(&[row(1, 5), row(1, 7), row(2, 1)]))
