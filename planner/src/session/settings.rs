@@ -7,40 +7,32 @@ use crate::error::Result;
 use crate::invalid;
 use crate::sql::ShowTarget;
 
-/// `'1s'`, `'100ms'`, `'10 seconds'`, `'2 min'`: a positive duration.
-/// `off` (or `none`, `0`): no TTL; otherwise a positive duration.
+/// `'1s'`, `'100ms'`, `'10 seconds'`, `'2 min'`: a positive duration; `off` (or `none`,
+/// `0`): `None`. Errors name the setting (`name`).
+fn parse_optional_duration(name: &str, value: &str) -> Result<Option<Duration>> {
+    let v = value.trim().trim_matches('\'').trim();
+    if ["off", "none", "0"].contains(&v.to_ascii_lowercase().as_str()) {
+        return Ok(None);
+    }
+    let d = parse_duration(v).map_err(|e| invalid!("{name}: {e}"))?;
+    Ok((!d.is_zero()).then_some(d))
+}
+
+/// `off`: no TTL; otherwise a positive duration.
 pub(super) fn parse_state_ttl(value: &str) -> Result<Option<Duration>> {
-    let v = value.trim().trim_matches('\'').trim();
-    if ["off", "none", "0"].contains(&v.to_ascii_lowercase().as_str()) {
-        return Ok(None);
-    }
-    let d = parse_duration(v).map_err(|e| invalid!("state_ttl: {e}"))?;
-    if d.is_zero() {
-        return Ok(None);
-    }
-    Ok(Some(d))
+    parse_optional_duration("state_ttl", value)
 }
 
-/// `off` (or `none`, `0`): early results after every input batch; otherwise a positive
-/// duration between two emissions.
+/// `off`: early results after every input batch; otherwise a positive duration between two
+/// emissions.
 pub(super) fn parse_early_fire_interval(value: &str) -> Result<Option<Duration>> {
-    let v = value.trim().trim_matches('\'').trim();
-    if ["off", "none", "0"].contains(&v.to_ascii_lowercase().as_str()) {
-        return Ok(None);
-    }
-    let d = parse_duration(v).map_err(|e| invalid!("early_fire_interval: {e}"))?;
-    Ok((!d.is_zero()).then_some(d))
+    parse_optional_duration("early_fire_interval", value)
 }
 
-/// `off` (or `none`, `0`): an updating GROUP BY applies each input batch as it comes;
-/// otherwise a positive duration its input rows may wait to be applied together.
+/// `off`: an updating GROUP BY applies each input batch as it comes; otherwise a positive
+/// duration its input rows may wait to be applied together.
 pub(super) fn parse_mini_batch(value: &str) -> Result<Option<Duration>> {
-    let v = value.trim().trim_matches('\'').trim();
-    if ["off", "none", "0"].contains(&v.to_ascii_lowercase().as_str()) {
-        return Ok(None);
-    }
-    let d = parse_duration(v).map_err(|e| invalid!("mini_batch: {e}"))?;
-    Ok((!d.is_zero()).then_some(d))
+    parse_optional_duration("mini_batch", value)
 }
 
 pub(super) fn parse_duration(value: &str) -> Result<Duration> {
