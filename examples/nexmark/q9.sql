@@ -1,16 +1,20 @@
 -- Nexmark q9: winning bids. For each auction, its highest bid placed while it was open
--- (the earliest of equal bids): a regular join of auctions and bids, then a Top-1 per
--- auction without windows. Over an unbounded stream the winner is replaced (-U/+U) as
--- higher bids arrive; over this bounded one, the final winners.
+-- (the earliest of equal bids): a join of auctions and bids, then a Top-1 per auction
+-- without windows. As in q4, the watermarks make the join an interval join whose auctions
+-- reach to their `expires` (held only while bids can still meet them). Over an unbounded
+-- stream the winner is replaced (-U/+U) as higher bids arrive; over this bounded one, the
+-- final winners.
 
 CREATE TABLE auction (
   id BIGINT, item_name VARCHAR, description VARCHAR, initial_bid BIGINT, reserve BIGINT,
-  date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT, category BIGINT, extra VARCHAR
+  date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT, category BIGINT, extra VARCHAR,
+  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND
 ) WITH (connector = 'nexmark', stream = 'auction', events = '1000000');
 
 CREATE TABLE bid (
   auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
-  date_time TIMESTAMP, extra VARCHAR
+  date_time TIMESTAMP, extra VARCHAR,
+  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND
 ) WITH (connector = 'nexmark', stream = 'bid', events = '1000000');
 
 SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller,

@@ -229,7 +229,10 @@ fn joins_weir_cannot_run_are_refused_with_a_reason() {
            WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
          WITH (connector = 'nexmark', stream = 'bid');
          CREATE TABLE bare (auction BIGINT, price BIGINT, date_time TIMESTAMP)
-         WITH (connector = 'nexmark', stream = 'bid')",
+         WITH (connector = 'nexmark', stream = 'bid');
+         CREATE TABLE auction (id BIGINT, date_time TIMESTAMP, expires TIMESTAMP,
+           WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+         WITH (connector = 'nexmark', stream = 'auction')",
     );
     let refused = [
         (
@@ -249,8 +252,8 @@ fn joins_weir_cannot_run_are_refused_with_a_reason() {
             Err(e) => assert!(e.to_string().contains(reason), "{sql}: {e}"),
         }
     }
-    // Joins of unbounded streams without windows or both time bounds are regular joins,
-    // updating where a side's rows can be retracted (outer and anti joins).
+    // Joins of unbounded streams without windows or bounds on both sides' rows are regular
+    // joins, updating where a side's rows can be retracted (outer and anti joins).
     let regular = [
         (
             "SELECT * FROM bid a JOIN bid b ON a.auction = b.auction",
@@ -265,6 +268,23 @@ fn joins_weir_cannot_run_are_refused_with_a_reason() {
             "SELECT * FROM bare a JOIN bare b ON a.auction = b.auction
              AND b.date_time BETWEEN a.date_time AND a.date_time + INTERVAL '1' SECOND",
             "StreamJoin (Inner): on",
+        ),
+        (
+            // Each auction's matches end at its expiry, but bids have no watermark.
+            "SELECT * FROM auction a JOIN bare b ON a.id = b.auction
+             AND b.date_time BETWEEN a.date_time AND a.expires",
+            "StreamJoin (Inner): on",
+        ),
+        (
+            // Each auction's matches end at its expiry, a bid's never do.
+            "SELECT * FROM auction a JOIN bid b ON a.id = b.auction AND b.date_time <= a.expires",
+            "StreamJoin (Inner): on",
+        ),
+        (
+            // Both: an interval join (Nexmark q4 and q9).
+            "SELECT * FROM auction a JOIN bid b ON a.id = b.auction
+             AND b.date_time BETWEEN a.date_time AND a.expires",
+            "IntervalJoin (Inner): on [a.id = b.auction], b.date_time - a.date_time in [0s, +inf], b.date_time <= a.expires,",
         ),
         (
             // Windows of different sizes do not pair windows: a regular join of the rows.
@@ -505,6 +525,102 @@ fn interval_joins_match_batch_sql() {
         );
         assert!(expected.len() > 50, "{what}: only {} rows", expected.len());
         assert!(late > 0, "{what}: no late rows");
+        let (got, got_late) = weir_interval_run(&ddl, &weir_sql, parallelism, budget);
+        assert_eq!(got.len(), expected.len(), "{what}");
+        assert!(got == expected, "{what}: rows differ");
+        assert_eq!(got_late, late, "{what}: late rows");
+    }
+}
+
+/// Interval joins whose rows reach as far as a column of theirs (`r.ts BETWEEN l.ts AND l.e`,
+/// Nexmark q4's `b.date_time BETWEEN a.date_time AND a.expires`, and the mirrored and shifted
+/// spellings) against the same joins in batch over the rows that are not below their
+/// watermark. The bound column is computed (`ts` plus 0 to 3 s by `v`, NULL where `v` is),
+/// so the join's input is a projection; random disorder and late rows, any batch size,
+/// parallelism and memory budget, every join kind.
+#[test]
+fn interval_joins_bounded_by_a_column_match_batch_sql() {
+    let kinds = ["JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN"];
+    let bound =
+        "arrow_cast(arrow_cast(ts, 'Int64') + v * 3000000, 'Timestamp(Nanosecond, None)') AS e";
+    for seed in 0..8u64 {
+        let mut rng = StdRng::seed_from_u64(2000 + seed);
+        let bound_ms = rng.gen_range(0..3000);
+        let dir = tempfile::tempdir().unwrap();
+        let mut tables = Vec::new();
+        for name in ["l", "r"] {
+            let n = rng.gen_range(300..1200);
+            let rows = interval_rows(&mut rng, n, bound_ms, false);
+            let parts = rng.gen_range(1..=3);
+            let sub = dir.path().join(name);
+            tables.push(write_interval_table(&sub, &rows, parts, bound_ms, &mut rng));
+        }
+        let batch_size = [1, 7, 64, 1000, 8192][rng.gen_range(0..5)];
+        let ddl = tables
+            .iter()
+            .zip(["lt", "rt"])
+            .map(|((data, _, _), name)| {
+                format!(
+                    "CREATE TABLE {name} (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+                       WATERMARK FOR ts AS ts - INTERVAL '{bound_ms}' MILLISECOND)
+                     WITH (connector = 'file', path = '{}', format = 'csv', header = 'true',
+                           batch_size = '{batch_size}')",
+                    data.display()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(";");
+        let kind = kinds[seed as usize % 4];
+        let shift = rng.gen_range(-500..500);
+        // Which side carries the bound column, and how the condition reads.
+        let (bounded_side, condition) = match seed % 3 {
+            0 => ("l", "r.ts BETWEEN l.ts AND l.e".to_string()),
+            1 => (
+                "l",
+                format!(
+                    "r.ts >= {} AND r.ts <= {}",
+                    shifted("l.ts", shift),
+                    shifted("l.e", shift.abs())
+                ),
+            ),
+            _ => (
+                "r",
+                format!("l.ts BETWEEN {} AND r.e", shifted("r.ts", -shift.abs())),
+            ),
+        };
+        let input = |table: &str, side: &str, reference: bool| {
+            let rows = if reference {
+                format!("(SELECT * FROM {table} WHERE ts >= wprev)")
+            } else {
+                table.to_string()
+            };
+            if side == bounded_side {
+                format!("(SELECT id, k, v, ts, {bound} FROM {rows} t)")
+            } else {
+                rows
+            }
+        };
+        let columns = "l.id, r.id AS rid, l.k, r.v";
+        let sql = |l: String, r: String| {
+            format!("SELECT {columns} FROM {l} l {kind} {r} r ON l.k = r.k AND {condition}")
+        };
+        let weir_sql = sql(input("lt", "l", false), input("rt", "r", false));
+        let ref_sql = sql(input("lref", "l", true), input("rref", "r", true));
+        let expected = reference(&tables[0].1, &tables[1].1, &ref_sql);
+        let late = tables[0].2 + tables[1].2;
+        let parallelism = rng.gen_range(1..=4);
+        let budget = rng.gen_bool(0.5).then_some("1");
+        let what = format!(
+            "seed {seed}: {weir_sql}\n(bound {bound_ms} ms, batch size {batch_size}, \
+             parallelism {parallelism}, budget {budget:?})"
+        );
+        assert!(expected.len() > 50, "{what}: only {} rows", expected.len());
+        let mut s = session(1);
+        run_ddl(&mut s, &ddl);
+        let plan = query_sorted(&mut s, &format!("EXPLAIN {weir_sql}"))
+            .concat()
+            .join("\n");
+        assert!(plan.contains("IntervalJoin"), "{what}: {plan}");
         let (got, got_late) = weir_interval_run(&ddl, &weir_sql, parallelism, budget);
         assert_eq!(got.len(), expected.len(), "{what}");
         assert!(got == expected, "{what}: rows differ");

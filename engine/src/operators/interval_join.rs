@@ -14,8 +14,12 @@
 //! - state: each side's rows as `keys ++ row ++ matched`, kept only while the other side can
 //!   still send a match: an `a` row matches only `b` rows with `tb <= ta + upper`, and once
 //!   `W - d_b > ta + upper` none can come; a `b` row likewise once `W - d_a > tb - lower`.
+//!   A side may instead (or also) be bounded by a column of its own rows ([`Until`]: `b.ts
+//!   BETWEEN a.ts AND a.expires`, Nexmark q4 and q9): an `a` row then expires once `W - d_b >
+//!   a.expires`, whatever its own time, and a `b` row as above by the constant bound.
 //!   Rows are bucketed by that expiry, rounded up to a granularity of a quarter of the
-//!   interval (at least 1 ms), in one [`OpenWindows`] lane per side: memory up to the task's
+//!   interval (at least 1 ms; with a column bound, a power of two near a quarter of the row's
+//!   distance from the watermark), in one [`OpenWindows`] lane per side: memory up to the task's
 //!   budget, the task's store past it, re-routed by the keys after a rescale. A probe reads
 //!   only the other side's buckets that can hold matches.
 //! - on watermark W (the minimum of both inputs, taken by the runtime): the buckets ending at
@@ -23,7 +27,9 @@
 //!   held back to `W - H`, `H = max(d_a, d_b) + max(0, upper, -lower) + granularity`: every
 //!   row emitted after it has both time columns `>= W - H` (a pair found by a row at `W - d`
 //!   can hold an older row up to the interval's reach; an expiring row is at most that far
-//!   below the watermark).
+//!   below the watermark). With a column bound no such `H` exists (a row stays as long as its
+//!   column says): the output watermark stays at its minimum until the end of input (nothing
+//!   downstream reads it: no event-time column survives a join).
 //! - rows that can never match (a NULL key or time) are emitted padded at once by an outer
 //!   side, dropped by an inner one.
 //! - at barrier: every bucket is written to the store. At end: the watermark +infinity drops
@@ -43,7 +49,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::error::{EngineError, Result};
 use crate::event_time::timestamps_as_nanos;
 use crate::graph::{OperatorFactory, TaskInfo};
-use crate::message::{EventTime, WATERMARK_MAX};
+use crate::message::{EventTime, WATERMARK_MAX, WATERMARK_MIN};
 use crate::operator::{Operator, Output};
 use crate::operators::window_join::{equal_key_pairs, keys_valid, JoinKind};
 use crate::operators::windowed::{
@@ -67,6 +73,16 @@ pub struct IntervalSide {
     pub time: usize,
     /// A row arriving after watermark W has a time `>= W - lag` (nanoseconds).
     pub lag: i64,
+    /// A bound of the other side's time by a column of this side's row
+    /// (`b.ts <= a.expires`), which then ends the row's reach (see the module doc).
+    pub until: Option<Until>,
+}
+
+/// `other.time <= row[column] + offset` for every pair of a row (nanoseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Until {
+    pub column: usize,
+    pub offset: i64,
 }
 
 /// The plan node of an interval join.
@@ -76,9 +92,11 @@ pub struct IntervalJoinSpec {
     pub kind: JoinKind,
     pub left: IntervalSide,
     pub right: IntervalSide,
-    /// `right.time - left.time` of a pair lies in `[lower, upper]` (nanoseconds, inclusive).
-    pub lower: i64,
-    pub upper: i64,
+    /// `right.time - left.time` of a pair lies in `[lower, upper]` (nanoseconds, inclusive);
+    /// `None`: not bounded by a constant. A left row needs `upper` or its `until`, a right
+    /// row `lower` or its `until`, or its rows would never expire.
+    pub lower: Option<i64>,
+    pub upper: Option<i64>,
     /// The whole ON condition beyond the equality keys (the interval included), over
     /// `joined_schema`.
     pub filter: Option<Arc<dyn PhysicalExpr>>,
@@ -155,6 +173,17 @@ impl OperatorFactory for IntervalJoinSpec {
                 self.kind
             )));
         }
+        let ends = [
+            self.upper.is_some() || self.left.until.is_some(),
+            self.lower.is_some() || self.right.until.is_some(),
+        ];
+        if ends.contains(&false) {
+            return Err(EngineError::Internal(format!(
+                "interval join whose {} rows never expire: {}",
+                if ends[0] { "right" } else { "left" },
+                self.description
+            )));
+        }
         let sides = [SideRows::new(&self.left)?, SideRows::new(&self.right)?];
         let lanes = sides
             .iter()
@@ -220,6 +249,8 @@ struct Arrivals {
     /// `keys ++ row ++ matched` of the rows that can match.
     rows: RecordBatch,
     times: Vec<EventTime>,
+    /// Each row's reach ([`Timing::reach`]).
+    reaches: Vec<EventTime>,
     matched: Vec<bool>,
 }
 
@@ -253,16 +284,42 @@ impl IntervalJoinOperator {
             columns,
             &RecordBatchOptions::new().with_row_count(Some(n)),
         )?;
-        let times = timestamps_as_nanos(batch.column(self.side_spec(side).time))?;
+        let spec = self.side_spec(side);
+        let times = timestamps_as_nanos(batch.column(spec.time))?;
+        let untils = match spec.until {
+            Some(u) => Some(timestamps_as_nanos(batch.column(u.column))?),
+            None => None,
+        };
         let keys_ok = keys_valid(layout.keys(&rows));
-        let usable: Vec<bool> = (0..n)
-            .map(|i| times.is_valid(i) && keys_ok.as_ref().is_none_or(|k| k[i]))
-            .collect();
+        // A row without a time, a key or a reach (its bound column NULL) matches nothing.
+        let mut reaches = Vec::with_capacity(n);
+        let mut usable = Vec::with_capacity(n);
+        for i in 0..n {
+            let until = match (&untils, spec.until) {
+                (Some(u), Some(Until { offset, .. })) => {
+                    u.is_valid(i).then(|| u.value(i).saturating_add(offset))
+                }
+                _ => None,
+            };
+            // A NULL bound column: the condition is never true for the row.
+            let bounded = untils.is_none() || until.is_some();
+            let reach = (times.is_valid(i) && bounded)
+                .then(|| self.timing.reach(side, times.value(i), until))
+                .flatten();
+            match reach {
+                Some(r) if keys_ok.as_ref().is_none_or(|k| k[i]) => {
+                    reaches.push(r);
+                    usable.push(true);
+                }
+                _ => usable.push(false),
+            }
+        }
         if usable.iter().all(|&u| u) {
             return Ok(Arrivals {
                 side,
                 rows,
                 times: times.values().to_vec(),
+                reaches,
                 matched: vec![false; n],
             });
         }
@@ -279,6 +336,7 @@ impl IntervalJoinOperator {
             side,
             rows,
             times,
+            reaches,
         })
     }
 
@@ -415,10 +473,21 @@ impl IntervalJoinOperator {
         let side = arrivals.side;
         let layout = &self.sides[side];
         let rows = layout.with_matched(&arrivals.rows, BooleanArray::from(arrivals.matched))?;
+        // Granularities of reaches from a column are measured from the watermark, or from
+        // the row's time before the first.
+        let watermark = self.buckets.watermark();
         let ends: Vec<EventTime> = arrivals
-            .times
+            .reaches
             .iter()
-            .map(|&t| self.timing.bucket(side, t))
+            .zip(&arrivals.times)
+            .map(|(&reach, &t)| {
+                let from = if watermark == WATERMARK_MIN {
+                    t
+                } else {
+                    watermark
+                };
+                self.timing.bucket(side, reach, from)
+            })
             .collect();
         for run in split_by_window(&ends) {
             let held = run.owned_batch(&rows)?;
@@ -518,10 +587,10 @@ impl Operator for IntervalJoinOperator {
             }
         }
         let highest = self.buckets.watermark();
-        Ok(if highest == WATERMARK_MAX {
-            highest
-        } else {
-            highest.saturating_sub(self.timing.holdback())
+        Ok(match self.timing.holdback() {
+            _ if highest == WATERMARK_MAX => highest,
+            Some(holdback) => highest.saturating_sub(holdback),
+            None => WATERMARK_MIN,
         })
     }
 

@@ -32,7 +32,7 @@ pub use calc::CalcOperator;
 pub use changelog_buffer::ChangelogBufferSpec;
 pub use emit_order::EmitOrderSpec;
 pub use group_aggregate::{GroupAggregateSpec, UpdatingAggKind, UpdatingAggregate};
-pub use interval_join::{IntervalJoinSpec, IntervalSide};
+pub use interval_join::{IntervalJoinSpec, IntervalSide, Until};
 pub use limit::LimitSpec;
 pub use local_aggregate::LocalAggregateSpec;
 pub use pane_windows::PaneWindowsSpec;

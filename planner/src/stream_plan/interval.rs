@@ -36,14 +36,7 @@ pub(super) struct IntervalCondition {
 /// The pair of time columns the ON condition bounds (the first with both bounds, else the
 /// first compared at all), or `None` when it compares no timestamps of the two sides.
 pub(super) fn interval_condition(join: &Join) -> Option<IntervalCondition> {
-    let filter = join.filter.as_ref()?;
-    let schema = join.left.schema().join(join.right.schema()).ok()?;
-    let mut found: Vec<IntervalCondition> = Vec::new();
-    for conjunct in split_conjunction(filter) {
-        for (a, op, b) in comparisons(conjunct) {
-            read_comparison(join, &schema, (a, op, b), &mut found);
-        }
-    }
+    let mut found = time_comparisons(join);
     let complete = found
         .iter()
         .position(|c| c.lower.is_some() && c.upper.is_some());
@@ -51,6 +44,73 @@ pub(super) fn interval_condition(join: &Join) -> Option<IntervalCondition> {
         Some(i) => Some(found.swap_remove(i)),
         None => found.into_iter().next(),
     }
+}
+
+/// What the ON condition says about each pair of time columns it compares, one of each side.
+fn time_comparisons(join: &Join) -> Vec<IntervalCondition> {
+    let mut found: Vec<IntervalCondition> = Vec::new();
+    let (Some(filter), Ok(schema)) = (
+        join.filter.as_ref(),
+        join.left.schema().join(join.right.schema()),
+    ) else {
+        return found;
+    };
+    for conjunct in split_conjunction(filter) {
+        for (a, op, b) in comparisons(conjunct) {
+            read_comparison(join, &schema, (a, op, b), &mut found);
+        }
+    }
+    found
+}
+
+/// An interval condition where a side's reach is a column of its rows rather than a constant
+/// past its time: `b.ts BETWEEN a.ts AND a.expires` (Nexmark q4 and q9) bounds `b.ts - a.ts`
+/// below by 0, and `b.ts` above by each `a` row's `expires`. Each side's rows then still end:
+/// an `a` row once `b`'s watermark passes its `expires`, a `b` row once `a`'s passes `b.ts`.
+#[derive(Debug, Clone)]
+pub(super) struct ReachCondition {
+    /// The two sides' event times, with at most one constant bound.
+    pub times: IntervalCondition,
+    /// `right time <= left column + offset` (nanoseconds).
+    pub left_until: Option<(Column, i64)>,
+    /// `left time <= right column + offset`.
+    pub right_until: Option<(Column, i64)>,
+}
+
+/// The [`ReachCondition`] of `join`, if its ON condition compares two event times (as
+/// `is_time(side, column)` tells) without bounding their difference on both ends, and bounds
+/// each side's reach, by a constant or by a column of its own. `None` for an ordinary
+/// interval (both bounds constant) and for conditions that leave a side's rows unbounded.
+pub(super) fn reach_condition(
+    join: &Join,
+    is_time: impl Fn(usize, &Column) -> bool,
+) -> Option<ReachCondition> {
+    let found = time_comparisons(join);
+    let readable = |c: &&IntervalCondition| c.problem.is_none();
+    let times = found
+        .iter()
+        .filter(readable)
+        .find(|c| is_time(0, &c.left) && is_time(1, &c.right))?;
+    if times.lower.is_some() && times.upper.is_some() {
+        return None;
+    }
+    let left_until = found
+        .iter()
+        .filter(readable)
+        .filter(|c| c.right == times.right && c.left != times.left)
+        .find_map(|c| c.upper.map(|u| (c.left.clone(), u)));
+    let right_until = found
+        .iter()
+        .filter(readable)
+        .filter(|c| c.left == times.left && c.right != times.right)
+        .find_map(|c| c.lower.map(|l| (c.right.clone(), l.saturating_neg())));
+    let ends = (times.upper.is_some() || left_until.is_some())
+        && (times.lower.is_some() || right_until.is_some());
+    ends.then(|| ReachCondition {
+        times: times.clone(),
+        left_until,
+        right_until,
+    })
 }
 
 /// The comparisons a conjunct makes: `a op b`, and `x BETWEEN lo AND hi` as `x >= lo`, `x <= hi`.
@@ -315,7 +375,20 @@ pub(super) fn judged_scans(plan: &LogicalPlan, catalog: &Catalog) -> HashSet<usi
             let bounded = |c: &IntervalCondition| {
                 (c.lower.is_some() && c.upper.is_some()) || c.problem.is_some()
             };
-            if let Some(c) = interval_condition(join).filter(|c| pairs && bounded(c)) {
+            // Or a side's reach bounded by a column of its rows (`b.ts BETWEEN a.ts AND
+            // a.expires`) between two WATERMARK columns.
+            let sides = [&join.left, &join.right];
+            let is_time =
+                |side: usize, c: &Column| watermark_scan(sides[side], c, catalog).is_some();
+            let times = interval_condition(join)
+                .filter(|c| pairs && bounded(c))
+                .or_else(|| {
+                    pairs
+                        .then(|| reach_condition(join, is_time))
+                        .flatten()
+                        .map(|r| r.times)
+                });
+            if let Some(c) = times {
                 for (side, column) in [(&join.left, &c.left), (&join.right, &c.right)] {
                     if let Some(scan) = watermark_scan(side, column, catalog) {
                         judged.insert(scan_id(scan));

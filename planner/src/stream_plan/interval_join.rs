@@ -10,12 +10,13 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Column, DFSchemaRef};
 use datafusion::logical_expr::Join;
 use datafusion::physical_expr::PhysicalExpr;
-use weir_engine::operators::{IntervalJoinSpec, IntervalSide, JoinKind};
+use weir_engine::operators::{IntervalJoinSpec, IntervalSide, JoinKind, Until};
 
-use super::interval::{interval_condition, IntervalCondition};
+use super::interval::{interval_condition, reach_condition, IntervalCondition, ReachCondition};
 use super::join::JoinKeys;
 use super::{arrow_schema, Stream, StreamPlanner};
 use crate::error::Result;
@@ -68,8 +69,9 @@ impl StreamPlanner<'_> {
         let judged = [(left, &condition.left), (right, &condition.right)]
             .iter()
             .any(|(s, c)| s.schema.index_of_column(c).is_ok_and(|i| s.rowtime[i]));
-        // A condition that does not bound the times on both sides, or a semi / anti join,
-        // is not an interval join but a join with a filter: a regular join over unbounded
+        // A condition that does not bound how long each side's rows can match (by a
+        // constant interval, or by a column of their own: [`reach_condition`]), or a semi /
+        // anti join, is not an interval join but a join with a filter: a regular join over unbounded
         // input (as in Flink and RisingWave, keeping every row), run once at the end over
         // bounded input. So is one whose times are not event times, unless a side's scan
         // was already judged against its watermark for it ([`super::interval::judged_scans`]).
@@ -84,7 +86,13 @@ impl StreamPlanner<'_> {
                     "interval join bounds must be constant intervals: {problem}"
                 ));
             }
-            return Ok(None);
+            // A side's reach from a column of its rows (`b.ts BETWEEN a.ts AND a.expires`).
+            let streams = [left, right];
+            let is_time = |side: usize, c: &Column| event_time(streams[side], c).is_some();
+            return match reach_condition(join, is_time) {
+                Some(reach) => self.reach_join(join, kind, (left, right), keys, &reach),
+                None => Ok(None),
+            };
         }
         let (ltime, rtime) = match times {
             (Some(l), Some(r)) => (l, r),
@@ -93,6 +101,98 @@ impl StreamPlanner<'_> {
             (_, None) => return Err(not_event_time(&condition.right)),
         };
         let (lower, upper) = bounds(&condition)?;
+        let text = description(join, keys, &condition, (Some(lower), Some(upper)), &[]);
+        let sides = [
+            side(left, &keys.left, ltime, None),
+            side(right, &keys.right, rtime, None),
+        ];
+        self.interval_stream(
+            join,
+            kind,
+            (left, right),
+            keys,
+            sides,
+            (Some(lower), Some(upper)),
+            text,
+        )
+        .map(Some)
+    }
+
+    /// The interval join of a [`ReachCondition`]: `None` when a bound column is not a
+    /// timestamp (then a regular join).
+    fn reach_join(
+        &mut self,
+        join: &Join,
+        kind: JoinKind,
+        (left, right): (&Stream, &Stream),
+        keys: &JoinKeys,
+        reach: &ReachCondition,
+    ) -> Result<Option<Stream>> {
+        let c = &reach.times;
+        let (Some(ltime), Some(rtime)) = (event_time(left, &c.left), event_time(right, &c.right))
+        else {
+            return Ok(None);
+        };
+        let until = |s: &Stream, bound: &Option<(Column, i64)>| -> Option<Option<Until>> {
+            let Some((column, offset)) = bound else {
+                return Some(None);
+            };
+            let index = s.schema.index_of_column(column).ok()?;
+            matches!(s.schema.field(index).data_type(), DataType::Timestamp(..)).then_some(Some(
+                Until {
+                    column: index,
+                    offset: *offset,
+                },
+            ))
+        };
+        let (Some(lu), Some(ru)) = (
+            until(left, &reach.left_until),
+            until(right, &reach.right_until),
+        ) else {
+            return Ok(None);
+        };
+        let untils: Vec<(String, &Column, i64)> = [
+            reach
+                .left_until
+                .as_ref()
+                .map(|(col, o)| (c.right.to_string(), col, *o)),
+            reach
+                .right_until
+                .as_ref()
+                .map(|(col, o)| (c.left.to_string(), col, *o)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let text = description(join, keys, c, (c.lower, c.upper), &untils);
+        let sides = [
+            side(left, &keys.left, ltime, lu),
+            side(right, &keys.right, rtime, ru),
+        ];
+        self.interval_stream(
+            join,
+            kind,
+            (left, right),
+            keys,
+            sides,
+            (c.lower, c.upper),
+            text,
+        )
+        .map(Some)
+    }
+
+    /// The interval join stage of `join` with these sides and constant bounds.
+    #[allow(clippy::too_many_arguments)]
+    fn interval_stream(
+        &mut self,
+        join: &Join,
+        kind: JoinKind,
+        (left, right): (&Stream, &Stream),
+        keys: &JoinKeys,
+        [left_side, right_side]: [IntervalSide; 2],
+        (lower, upper): (Option<i64>, Option<i64>),
+        description: String,
+    ) -> Result<Stream> {
         let merged = DFSchemaRef::new(left.schema.join(&right.schema)?);
         let filter = match &join.filter {
             Some(f) => Some(self.physical(f, &merged)?),
@@ -100,17 +200,17 @@ impl StreamPlanner<'_> {
         };
         let spec = IntervalJoinSpec {
             kind,
-            left: side(left, &keys.left, ltime),
-            right: side(right, &keys.right, rtime),
+            left: left_side,
+            right: right_side,
             lower,
             upper,
             filter,
             joined_schema: arrow_schema(&join.schema),
-            description: description(join, keys, &condition, (lower, upper)),
+            description,
         };
         let stage = self.join_stage(left, right, keys, Arc::new(spec));
         let columns = join.schema.fields().len();
-        Ok(Some(Stream {
+        Ok(Stream {
             stage,
             schema: join.schema.clone(),
             // Pairs carry times below the (held back) input watermark: no window or
@@ -122,16 +222,22 @@ impl StreamPlanner<'_> {
             updating: None,
             unique_key: None,
             panes: None,
-        }))
+        })
     }
 }
 
-fn side(s: &Stream, keys: &[Arc<dyn PhysicalExpr>], time: EventTimeColumn) -> IntervalSide {
+fn side(
+    s: &Stream,
+    keys: &[Arc<dyn PhysicalExpr>],
+    time: EventTimeColumn,
+    until: Option<Until>,
+) -> IntervalSide {
     IntervalSide {
         schema: arrow_schema(&s.schema),
         keys: keys.to_vec(),
         time: time.index,
         lag: time.lag,
+        until,
     }
 }
 
@@ -165,21 +271,30 @@ pub(super) fn duration_text(nanos: i64) -> String {
     }
 }
 
-/// One line for EXPLAIN.
+/// One line for EXPLAIN: the keys, the bounds on `right - left` (`-inf` / `+inf` where
+/// unbounded), the column bounds (`time <= column + offset`), the filter.
 fn description(
     join: &Join,
     keys: &JoinKeys,
     c: &IntervalCondition,
-    (lower, upper): (i64, i64),
+    (lower, upper): (Option<i64>, Option<i64>),
+    untils: &[(String, &Column, i64)],
 ) -> String {
+    let untils: String = untils
+        .iter()
+        .map(|(time, column, offset)| match offset {
+            0 => format!(", {time} <= {column}"),
+            o => format!(", {time} <= {column} + {}", duration_text(*o)),
+        })
+        .collect();
     format!(
-        "IntervalJoin ({}): on [{}], {} - {} in [{}, {}]{}",
+        "IntervalJoin ({}): on [{}], {} - {} in [{}, {}]{untils}{}",
         join.join_type,
         keys.text.join(", "),
         c.right,
         c.left,
-        duration_text(lower),
-        duration_text(upper),
+        lower.map_or("-inf".into(), duration_text),
+        upper.map_or("+inf".into(), duration_text),
         join.filter
             .as_ref()
             .map(|f| format!(", filter {f}"))

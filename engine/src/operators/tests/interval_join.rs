@@ -70,6 +70,7 @@ fn spec(kind: JoinKind, keyed: bool) -> IntervalJoinSpec {
         keys,
         time: 3,
         lag: 0,
+        until: None,
     };
     let both: Vec<Field> = side_schema()
         .fields()
@@ -87,8 +88,8 @@ fn spec(kind: JoinKind, keyed: bool) -> IntervalJoinSpec {
         kind,
         left: side.clone(),
         right: side,
-        lower: LOWER * MS,
-        upper: UPPER * MS,
+        lower: Some(LOWER * MS),
+        upper: Some(UPPER * MS),
         filter: Some(filter),
         joined_schema: Arc::new(Schema::new(both)),
         description: String::new(),

@@ -6,6 +6,7 @@ mod changelog_buffer;
 mod emit_order;
 mod group_aggregate;
 mod interval_join;
+mod interval_join_reach;
 mod partition;
 mod session_aggregate;
 mod session_window;
