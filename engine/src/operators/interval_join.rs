@@ -35,6 +35,7 @@
 //! - at barrier: every bucket is written to the store. At end: the watermark +infinity drops
 //!   every bucket (emitting the unmatched outer rows).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -197,12 +198,24 @@ impl OperatorFactory for IntervalJoinSpec {
                 part_schema: Arc::clone(&side.schema),
             })
             .collect();
+        let buckets = OpenWindows::open(lanes, task.state.memory_budget(), task.restored_epoch)?;
+        let spans = (self.lower.is_none() || self.upper.is_none()).then(|| {
+            // Restored buckets' times are not known: any time.
+            [0, 1].map(|side| {
+                buckets
+                    .ends_between(side, EventTime::MIN, EventTime::MAX)
+                    .into_iter()
+                    .map(|end| (end, (EventTime::MIN, EventTime::MAX)))
+                    .collect()
+            })
+        });
         Ok(Box::new(IntervalJoinOperator {
             converter: key_converter(self)?,
             timing: Timing::new(self),
             spec: self.clone(),
             sides,
-            buckets: OpenWindows::open(lanes, task.state.memory_budget(), task.restored_epoch)?,
+            buckets,
+            spans,
         }))
     }
 }
@@ -241,6 +254,11 @@ pub struct IntervalJoinOperator {
     sides: [SideRows; 2],
     /// Each side's buffered rows by expiry bucket (lane 0 left, lane 1 right).
     buckets: OpenWindows<BufferedRows>,
+    /// With a reach from a column: per side, the range of times of the rows this run put in
+    /// each bucket, so a probe skips the buckets whose rows are all too early or too late (a
+    /// bucket of auctions by expiry also holds auctions far ahead of a bid; one restored from
+    /// a checkpoint has no entry and is always probed).
+    spans: Option<[HashMap<EventTime, (EventTime, EventTime)>; 2]>,
 }
 
 /// Arriving rows of one side, probing the other side's buckets.
@@ -440,7 +458,33 @@ impl IntervalJoinOperator {
         };
         let other = 1 - arrivals.side;
         let (lo, hi) = self.timing.candidates(arrivals.side, from, to);
+        let farthest = arrivals.reaches.iter().copied().max().unwrap_or(to);
+        let (first, last) = self.timing.partner_times(arrivals.side, from, to, farthest);
         for end in self.buckets.ends_between(other, lo, hi) {
+            let span = self.spans.as_ref().and_then(|s| s[other].get(&end));
+            if span.is_some_and(|&(min, max)| max < first || min > last) {
+                continue;
+            }
+            if !self.outer(other) && !self.buckets.in_memory(other, end) {
+                // A spilled bucket whose flags do not change is read where it is: taking it
+                // back into memory would spill it again (probed by every batch, it would be
+                // rewritten each time).
+                let schema = &self.sides[other].schema;
+                let mut parts = Vec::new();
+                self.buckets.for_each_part(
+                    other,
+                    end,
+                    |b| b.to_part(schema),
+                    |p| {
+                        parts.push(p);
+                        Ok(())
+                    },
+                )?;
+                for part in parts {
+                    self.probe_part(arrivals, part, out)?;
+                }
+                continue;
+            }
             let taken = self.buckets.take(other, end)?;
             let mut parts = taken
                 .memory
@@ -489,6 +533,14 @@ impl IntervalJoinOperator {
                 self.timing.bucket(side, reach, from)
             })
             .collect();
+        if let Some(spans) = &mut self.spans {
+            for (&end, &t) in ends.iter().zip(&arrivals.times) {
+                if end > watermark {
+                    let span = spans[side].entry(end).or_insert((t, t));
+                    *span = (span.0.min(t), span.1.max(t));
+                }
+            }
+        }
         for run in split_by_window(&ends) {
             let held = run.owned_batch(&rows)?;
             if run.end <= self.buckets.watermark() {
@@ -574,6 +626,9 @@ impl Operator for IntervalJoinOperator {
 
     fn on_watermark(&mut self, watermark: EventTime, out: &mut Output) -> Result<EventTime> {
         for end in self.buckets.advance(watermark) {
+            if let Some(spans) = &mut self.spans {
+                spans.iter_mut().for_each(|s| _ = s.remove(&end));
+            }
             for side in [0, 1] {
                 let taken = self.buckets.take(side, end)?;
                 let mut parts = taken

@@ -99,6 +99,30 @@ impl Timing {
         (lo, self.bucket(1 - side, hi, EventTime::MIN))
     }
 
+    /// The times of the other side's rows that can match rows of `side` with times in
+    /// `[from, to]` and reaches up to `farthest`: `b` in `[ta + lower, max reach]`, `a` in
+    /// `[tb - upper, tb - lower]`, unbounded where a constant bound is missing.
+    pub(super) fn partner_times(
+        &self,
+        side: usize,
+        from: EventTime,
+        to: EventTime,
+        farthest: EventTime,
+    ) -> (EventTime, EventTime) {
+        match side {
+            0 => (
+                self.lower
+                    .map_or(EventTime::MIN, |l| from.saturating_add(l)),
+                farthest,
+            ),
+            _ => (
+                self.upper
+                    .map_or(EventTime::MIN, |u| from.saturating_sub(u)),
+                self.lower.map_or(EventTime::MAX, |l| to.saturating_sub(l)),
+            ),
+        }
+    }
+
     /// How far the output watermark stays behind the input's; `None` when a reach comes from
     /// a column (a pair may then hold a row of any age: the join holds its output watermark
     /// back entirely until the end of input).

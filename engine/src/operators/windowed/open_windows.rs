@@ -336,6 +336,11 @@ impl<T: WindowContents> OpenWindows<T> {
         Ok(Taken { memory, parts })
     }
 
+    /// Whether the window ending at `end` of `lane` holds rows in memory.
+    pub fn in_memory(&self, lane: usize, end: EventTime) -> bool {
+        self.lanes[lane].memory.contains_key(&end)
+    }
+
     /// Bytes the memory of this instance may hold.
     pub fn budget(&self) -> usize {
         self.budget
