@@ -412,6 +412,61 @@ fn interval_sql(form: usize, lower: i64, upper: i64) -> String {
     }
 }
 
+/// A table written by [`write_interval_table`]: its data folder, reference file and late rows.
+type IntervalTable = (std::path::PathBuf, std::path::PathBuf, u64);
+
+/// Two random tables `lt` and `rt` for the interval-join tests ([`interval_rows`] in 1 to 3
+/// files each, read in batches of 1 to 8192 rows): the folder holding them, each table's data
+/// folder, reference file and late rows, the DDL, and the batch size.
+fn interval_tables(
+    rng: &mut StdRng,
+    bound_ms: i64,
+    coarse: bool,
+) -> (tempfile::TempDir, Vec<IntervalTable>, String, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tables = Vec::new();
+    for name in ["l", "r"] {
+        let n = rng.gen_range(300..1200);
+        let rows = interval_rows(rng, n, bound_ms, coarse);
+        let parts = rng.gen_range(1..=3);
+        let sub = dir.path().join(name);
+        tables.push(write_interval_table(&sub, &rows, parts, bound_ms, rng));
+    }
+    let batch_size = [1, 7, 64, 1000, 8192][rng.gen_range(0..5)];
+    let ddl = tables
+        .iter()
+        .zip(["lt", "rt"])
+        .map(|((data, _, _), name)| {
+            format!(
+                "CREATE TABLE {name} (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
+                   WATERMARK FOR ts AS ts - INTERVAL '{bound_ms}' MILLISECOND)
+                 WITH (connector = 'file', path = '{}', format = 'csv', header = 'true',
+                       batch_size = '{batch_size}')",
+                data.display()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(";");
+    (dir, tables, ddl, batch_size)
+}
+
+/// Runs `weir_sql` on the tables of `ddl` and checks its rows and late rows against the
+/// reference's.
+fn check_interval_run(
+    what: &str,
+    ddl: &str,
+    weir_sql: &str,
+    expected: &[Vec<String>],
+    late: u64,
+    parallelism: usize,
+    budget: Option<&str>,
+) {
+    let (got, got_late) = weir_interval_run(ddl, weir_sql, parallelism, budget);
+    assert_eq!(got.len(), expected.len(), "{what}");
+    assert!(got == expected, "{what}: rows differ");
+    assert_eq!(got_late, late, "{what}: late rows");
+}
+
 /// Runs `sql` on a fresh session; sorted rows and the late-row count.
 fn weir_interval_run(
     ddl: &str,
@@ -457,30 +512,7 @@ fn interval_joins_match_batch_sql() {
         };
         let lower = rng.gen_range(-2000..500) / unit * unit;
         let upper = (lower + rng.gen_range(200..2500)) / unit * unit;
-        let dir = tempfile::tempdir().unwrap();
-        let mut tables = Vec::new();
-        for name in ["l", "r"] {
-            let n = rng.gen_range(300..1200);
-            let rows = interval_rows(&mut rng, n, bound_ms, coarse);
-            let parts = rng.gen_range(1..=3);
-            let sub = dir.path().join(name);
-            tables.push(write_interval_table(&sub, &rows, parts, bound_ms, &mut rng));
-        }
-        let batch_size = [1, 7, 64, 1000, 8192][rng.gen_range(0..5)];
-        let ddl = tables
-            .iter()
-            .zip(["lt", "rt"])
-            .map(|((data, _, _), name)| {
-                format!(
-                    "CREATE TABLE {name} (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
-                       WATERMARK FOR ts AS ts - INTERVAL '{bound_ms}' MILLISECOND)
-                     WITH (connector = 'file', path = '{}', format = 'csv', header = 'true',
-                           batch_size = '{batch_size}')",
-                    data.display()
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(";");
+        let (_dir, tables, ddl, batch_size) = interval_tables(&mut rng, bound_ms, coarse);
         let kind = kinds[seed as usize % 4];
         let form = rng.gen_range(0..3);
         // The strict spelling excludes its bounds: widened by a unit, it keeps the same times.
@@ -525,10 +557,7 @@ fn interval_joins_match_batch_sql() {
         );
         assert!(expected.len() > 50, "{what}: only {} rows", expected.len());
         assert!(late > 0, "{what}: no late rows");
-        let (got, got_late) = weir_interval_run(&ddl, &weir_sql, parallelism, budget);
-        assert_eq!(got.len(), expected.len(), "{what}");
-        assert!(got == expected, "{what}: rows differ");
-        assert_eq!(got_late, late, "{what}: late rows");
+        check_interval_run(&what, &ddl, &weir_sql, &expected, late, parallelism, budget);
     }
 }
 
@@ -546,30 +575,7 @@ fn interval_joins_bounded_by_a_column_match_batch_sql() {
     for seed in 0..8u64 {
         let mut rng = StdRng::seed_from_u64(2000 + seed);
         let bound_ms = rng.gen_range(0..3000);
-        let dir = tempfile::tempdir().unwrap();
-        let mut tables = Vec::new();
-        for name in ["l", "r"] {
-            let n = rng.gen_range(300..1200);
-            let rows = interval_rows(&mut rng, n, bound_ms, false);
-            let parts = rng.gen_range(1..=3);
-            let sub = dir.path().join(name);
-            tables.push(write_interval_table(&sub, &rows, parts, bound_ms, &mut rng));
-        }
-        let batch_size = [1, 7, 64, 1000, 8192][rng.gen_range(0..5)];
-        let ddl = tables
-            .iter()
-            .zip(["lt", "rt"])
-            .map(|((data, _, _), name)| {
-                format!(
-                    "CREATE TABLE {name} (id BIGINT, k VARCHAR, v BIGINT, ts TIMESTAMP,
-                       WATERMARK FOR ts AS ts - INTERVAL '{bound_ms}' MILLISECOND)
-                     WITH (connector = 'file', path = '{}', format = 'csv', header = 'true',
-                           batch_size = '{batch_size}')",
-                    data.display()
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(";");
+        let (_dir, tables, ddl, batch_size) = interval_tables(&mut rng, bound_ms, false);
         let kind = kinds[seed as usize % 4];
         let shift = rng.gen_range(-500..500);
         // Which side carries the bound column, and how the condition reads.
@@ -621,9 +627,6 @@ fn interval_joins_bounded_by_a_column_match_batch_sql() {
             .concat()
             .join("\n");
         assert!(plan.contains("IntervalJoin"), "{what}: {plan}");
-        let (got, got_late) = weir_interval_run(&ddl, &weir_sql, parallelism, budget);
-        assert_eq!(got.len(), expected.len(), "{what}");
-        assert!(got == expected, "{what}: rows differ");
-        assert_eq!(got_late, late, "{what}: late rows");
+        check_interval_run(&what, &ddl, &weir_sql, &expected, late, parallelism, budget);
     }
 }
