@@ -12,8 +12,8 @@ use crate::message::EventTime;
 /// Smallest bucket granularity: 1 ms.
 const MIN_GRANULARITY: i64 = 1_000_000;
 
-/// Largest bucket granularity of rows whose reach is a column of theirs: 2^36 ns (~69 s).
-const MAX_GRANULARITY: i64 = 1 << 36;
+/// Largest bucket granularity of rows whose reach is a column of theirs: 2^31 ns (~2.1 s).
+const MAX_GRANULARITY: i64 = 1 << 31;
 
 /// When rows expire, which buckets hold them, how far the output watermark is held back.
 #[derive(Debug, Clone, Copy)]
