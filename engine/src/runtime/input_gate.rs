@@ -9,12 +9,15 @@
 //!   barrier n arrived on every input; then the barrier is handed to the task once.
 //!
 //! It also aligns its inputs in event time (Flink aligns the watermarks of sources; here every
-//! task with several inputs does): the inputs furthest behind are read first whenever they
-//! have a message, so a fast input (a join's auctions, 15x sparser than its bids) cannot run
-//! ahead and fill the operator's state with rows waiting for the other side's watermark; its
-//! full channel holds its producer back instead. The gate never waits for a lagging input:
-//! when none has a message, whatever comes first is read (an input with no watermark, or one
-//! fed by the same source as another, cannot stall the task).
+//! task with several inputs does): once an input's watermark is more than
+//! [`ALIGNMENT_DRIFT`] ahead of another's, the inputs furthest behind are read first whenever
+//! they have a message, so a fast input (a join's auctions, 15x sparser than its bids) cannot
+//! run ahead and fill the operator's state with rows waiting for the other side's watermark;
+//! its full channel holds its producer back instead. The gate never waits for a lagging
+//! input: when none has a message, whatever comes first is read (one fed by the same source
+//! as another cannot stall the task). Inputs read fairly otherwise, and always while one has
+//! no watermark yet (a stream without event time is not starved by one with it, nor the
+//! other way round).
 
 use std::time::Instant;
 
@@ -24,6 +27,10 @@ use datafusion::arrow::record_batch::RecordBatch;
 use crate::error::EngineError;
 use crate::message::{Barrier, EventTime, Message, WATERMARK_MAX, WATERMARK_MIN};
 use crate::runtime::outlet::TaskExit;
+
+/// How far (nanoseconds of event time) an input's watermark may run ahead of another's before
+/// the gate reads the ones behind first.
+pub const ALIGNMENT_DRIFT: EventTime = 1_000_000_000;
 
 /// What the gate hands to the task.
 #[derive(Debug)]
@@ -106,7 +113,13 @@ impl InputGate {
                 !(input.ended || (self.align && input.at_barrier))
             })
             .collect();
-        if ready.len() > 1 {
+        let watermarks = ready.iter().map(|&i| self.inputs[i].watermark);
+        let (lowest, highest) = (watermarks.clone().min(), watermarks.max());
+        let drift = match (lowest, highest) {
+            (Some(l), Some(h)) if l > WATERMARK_MIN => h.saturating_sub(l),
+            _ => 0,
+        };
+        if ready.len() > 1 && drift > ALIGNMENT_DRIFT {
             // The inputs furthest behind in event time first (see the module doc).
             let n = self.inputs.len();
             let turn = self.turn % n;
@@ -435,8 +448,12 @@ mod tests {
         let (a, a_rx) = bounded(16);
         let (b, b_rx) = bounded(16);
         let mut gate = InputGate::new(vec![(a_rx, 0), (b_rx, 1)], true);
-        a.send(Message::Watermark(100)).unwrap();
-        assert_eq!(step(&mut gate, &b, Message::Watermark(10)), "watermark 10");
+        const S: EventTime = 1_000_000_000;
+        a.send(Message::Watermark(100 * S)).unwrap();
+        assert_eq!(
+            step(&mut gate, &b, Message::Watermark(10 * S)),
+            format!("watermark {}", 10 * S)
+        );
         for _ in 0..3 {
             a.send(rows()).unwrap();
             b.send(rows()).unwrap();
@@ -448,8 +465,8 @@ mod tests {
             ["batch 1", "batch 1", "batch 1", "batch 0", "batch 0", "batch 0"]
         );
         // b moves past a: now a is behind.
-        b.send(Message::Watermark(200)).unwrap();
-        assert_eq!(next(&mut gate), "watermark 100");
+        b.send(Message::Watermark(200 * S)).unwrap();
+        assert_eq!(next(&mut gate), format!("watermark {}", 100 * S));
         for _ in 0..2 {
             b.send(rows()).unwrap();
             a.send(rows()).unwrap();
