@@ -10,7 +10,7 @@ use crate::error::Result;
 
 use super::{StateBackend, WriteBatch};
 
-/// Bytes of keys and values after which a chunk is written (a memtable holds 4 MiB).
+/// Bytes of keys and values after which a chunk is written (a memtable holds 16 MiB).
 const CHUNK_BYTES: usize = 2 << 20;
 
 /// Changes written in chunks of about [`CHUNK_BYTES`]; [`ChunkedWrites::finish`] writes the
