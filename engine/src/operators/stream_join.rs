@@ -240,38 +240,55 @@ impl StreamJoinOperator {
         store: &dyn StateBackend,
     ) -> Result<Other> {
         let handle = &self.handles[other];
-        let mut entries: Vec<Entry> = Vec::new();
-        let mut seen: HashMap<&[u8], (usize, usize)> = HashMap::default();
-        let mut keys = Vec::new();
-        let mut ranges = Vec::with_capacity(null_key.len());
+        // Each distinct key once (its first row), in order; those not cached are read from
+        // the store together, through one iterator.
+        let mut seen: HashMap<&[u8], usize> = HashMap::default();
+        let mut distinct: Vec<usize> = Vec::new();
+        let mut of_row: Vec<Option<usize>> = Vec::with_capacity(null_key.len());
+        let mut to_read: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         for (r, &null) in null_key.iter().enumerate() {
             if null {
-                ranges.push((0, 0));
+                of_row.push(None);
                 continue;
             }
             let key = key_rows.row(r).data();
-            if let Some(range) = seen.get(key) {
-                ranges.push(*range);
-                continue;
+            let d = *seen.entry(key).or_insert_with(|| {
+                distinct.push(r);
+                distinct.len() - 1
+            });
+            if d + 1 == distinct.len() && distinct[d] == r && cache.get(key).is_none() {
+                let prefix = key_prefix(handle, key);
+                let end = prefix_end(&prefix);
+                to_read.push((prefix, end));
             }
+            of_row.push(Some(d));
+        }
+        let mut read = store.scan_each(&to_read, usize::MAX)?.into_iter();
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut keys = Vec::with_capacity(distinct.len());
+        for &r in &distinct {
             let start = entries.len();
-            let fresh = match cache.get(key) {
+            let fresh = match cache.get(key_rows.row(r).data()) {
                 Some(cached) => {
                     entries.extend_from_slice(cached);
                     false
                 }
                 None => {
-                    let prefix = key_prefix(handle, key);
-                    for (k, v) in store.scan(&prefix, &prefix_end(&prefix))? {
+                    let stored = read.next().ok_or_else(|| {
+                        EngineError::Internal("join key neither cached nor read".into())
+                    })?;
+                    for (k, v) in stored {
                         entries.push(Entry::new(k, Some(&v))?);
                     }
                     true
                 }
             };
-            seen.insert(key, (start, entries.len()));
-            ranges.push((start, entries.len()));
             keys.push((r, (start, entries.len()), fresh));
         }
+        let ranges = of_row
+            .iter()
+            .map(|d| d.map_or((0, 0), |d| keys[d].1))
+            .collect();
         let converter = &self.rows[other];
         let parser = converter.parser();
         let skip = handle.prefix_len();

@@ -46,9 +46,14 @@ use crate::operator::{Operator, Output, MAX_BATCH_ROWS};
 use crate::operators::group_aggregate::EXPIRE_PER_BATCH;
 use crate::state::ttl::now_ms;
 use crate::state::{
-    copy_routed, count_of, just_after, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch,
+    copy_routed, count_of, just_after, prefix_end, Entries, KeyExpiry, StateBackend, StateHandle,
+    WriteBatch,
 };
 use cache::{Top, TopCache};
+
+/// Rows of partitions not cached that one append-only batch reads from the store together
+/// (through one iterator: [`StateBackend::scan_each`]).
+const READ_TOGETHER_ROWS: u64 = 64 * 1024;
 use state::{key_of, partition_of, Keys};
 
 /// The plan node of a Top-N without windows.
@@ -205,6 +210,24 @@ impl TopNOperator {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let rows = converter.convert_columns(&columns)?;
         Ok(rows.iter().map(|r| r.data().to_vec()).collect())
+    }
+
+    /// The first rows of each partition under `prefixes`, read together.
+    fn read_tops<'a>(
+        &self,
+        store: &dyn StateBackend,
+        prefixes: impl Iterator<Item = &'a Vec<u8>>,
+    ) -> Result<HashMap<Vec<u8>, Top>> {
+        let last = self.spec.last;
+        let ranges: Vec<(Vec<u8>, Vec<u8>)> =
+            prefixes.map(|p| (p.clone(), prefix_end(p))).collect();
+        let limit = usize::try_from(last).unwrap_or(usize::MAX);
+        let read = store.scan_each(&ranges, limit)?;
+        Ok(ranges
+            .into_iter()
+            .zip(read)
+            .map(|((p, _), entries)| (p, top_of(entries, last)))
+            .collect())
     }
 
     /// The first rows of a partition, as (rank encoding, count) up to `last` rows.
@@ -435,9 +458,17 @@ impl TopNOperator {
 /// to `last` rows.
 fn read_top(store: &dyn StateBackend, prefix: &[u8], last: u64) -> Result<Top> {
     let limit = usize::try_from(last).unwrap_or(usize::MAX);
+    Ok(top_of(
+        store.scan_first(prefix, &prefix_end(prefix), limit)?,
+        last,
+    ))
+}
+
+/// A partition's first entries read from the store, up to `last` rows.
+fn top_of(entries: Entries, last: u64) -> Top {
     let mut rows = Vec::new();
     let mut seen = 0u64;
-    for (k, v) in store.scan_first(prefix, &prefix_end(prefix), limit)? {
+    for (k, v) in entries {
         let count = count_of(&v);
         rows.push((k, count));
         seen = seen.saturating_add(count.max(0) as u64);
@@ -445,7 +476,7 @@ fn read_top(store: &dyn StateBackend, prefix: &[u8], last: u64) -> Result<Top> {
             break;
         }
     }
-    Ok(rows)
+    rows
 }
 
 impl Operator for TopNOperator {
@@ -524,15 +555,35 @@ impl Operator for TopNOperator {
         } else {
             // One partition at a time out of the cache and back: memory holds one copy of
             // each partition's rows, not the batch's partitions before and after at once.
+            // Those not cached are read from the store together, up to about
+            // `READ_TOGETHER_ROWS` rows at a time.
             let last = self.spec.last;
-            for (p, added) in prefixes.into_iter().zip(&deltas) {
-                let (top, dirty) = self.cache.take(&p, || read_top(store.as_ref(), &p, last))?;
-                let next = self.merged(&top, added);
-                if updating {
-                    self.changes(&top, &next, &mut emits)?;
+            let together = usize::try_from(READ_TOGETHER_ROWS / last.max(1))
+                .unwrap_or(usize::MAX)
+                .max(1);
+            let mut parts = prefixes.into_iter().zip(&deltas).peekable();
+            while parts.peek().is_some() {
+                let chunk: Vec<_> = parts.by_ref().take(together).collect();
+                let mut read = self.read_tops(
+                    store.as_ref(),
+                    chunk
+                        .iter()
+                        .map(|(p, _)| p)
+                        .filter(|p| !self.cache.contains(p)),
+                )?;
+                for (p, added) in chunk {
+                    let (top, dirty) = self.cache.take(&p, || {
+                        read.remove(&p).ok_or_else(|| {
+                            EngineError::Internal("Top-N partition neither cached nor read".into())
+                        })
+                    })?;
+                    let next = self.merged(&top, added);
+                    if updating {
+                        self.changes(&top, &next, &mut emits)?;
+                    }
+                    let changed = next != top;
+                    self.cache.put(p, next, dirty || changed);
                 }
-                let changed = next != top;
-                self.cache.put(p, next, dirty || changed);
             }
             self.cache.trim(store.as_ref())?;
         }

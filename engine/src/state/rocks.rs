@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use rocksdb::checkpoint::Checkpoint;
 use rocksdb::{IteratorMode, Options, ReadOptions, WriteBatch as RocksBatch, WriteOptions, DB};
 
-use super::{StateBackend, WriteBatch};
+use super::{Entries, StateBackend, WriteBatch};
 use crate::error::{EngineError, Result};
 
 /// The merge operator of [`WriteBatch::adds`] (its name is recorded in the store's options).
@@ -222,6 +222,43 @@ impl StateBackend for RocksDbStateBackend {
                     .map_err(|e| state_error("cannot read state store", &self.path, e))
             })
             .collect()
+    }
+
+    /// One iterator for every range, bounded by their union, seeking them in key order.
+    /// Profiled on Nexmark q18 (a Top-N reading each new partition of a batch): creating an
+    /// iterator per partition was two thirds of the reads' cost.
+    fn scan_each(&self, ranges: &[(Vec<u8>, Vec<u8>)], limit: usize) -> Result<Vec<Entries>> {
+        let mut out = vec![Vec::new(); ranges.len()];
+        let (Some(lo), Some(hi)) = (
+            ranges.iter().map(|(s, _)| s).min(),
+            ranges.iter().map(|(_, e)| e).max(),
+        ) else {
+            return Ok(out);
+        };
+        let mut read = ReadOptions::default();
+        read.set_iterate_lower_bound(lo.clone());
+        read.set_iterate_upper_bound(hi.clone());
+        let mut it = self.db.raw_iterator_opt(read);
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        order.sort_unstable_by(|&a, &b| ranges[a].0.cmp(&ranges[b].0));
+        for i in order {
+            let (start, end) = &ranges[i];
+            it.seek(start);
+            while out[i].len() < limit {
+                match (it.key(), it.value()) {
+                    (Some(k), Some(v)) if k < end.as_slice() => {
+                        out[i].push((k.to_vec(), v.to_vec()))
+                    }
+                    _ => break,
+                }
+                it.next();
+            }
+            if !it.valid() {
+                it.status()
+                    .map_err(|e| state_error("cannot read state store", &self.path, e))?;
+            }
+        }
+        Ok(out)
     }
 
     fn first_key(&self, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>> {

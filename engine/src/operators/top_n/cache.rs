@@ -67,6 +67,11 @@ impl TopCache {
         Ok((read()?, false))
     }
 
+    /// Whether the cache holds the partition under `prefix`.
+    pub fn contains(&self, prefix: &[u8]) -> bool {
+        self.parts.contains_key(prefix)
+    }
+
     /// Puts a partition's rows (back) into the cache; `dirty`: the store must get them.
     pub fn put(&mut self, prefix: Vec<u8>, top: Top, dirty: bool) {
         self.bytes += size(&prefix, &top);
