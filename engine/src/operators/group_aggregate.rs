@@ -296,6 +296,7 @@ impl GroupAggregateOperator {
             handle: &self.handle,
         };
         let aggs = self.spec.aggregates.len();
+        self.cache.read_states(store, &groups, |g| keys.group(g))?;
         let before = groups
             .iter()
             .map(|g| self.cache.state(store, g, || keys.group(g)))

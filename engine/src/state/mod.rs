@@ -44,6 +44,11 @@ pub trait StateBackend: Send + Sync {
         -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     /// The smallest key with `start <= key < end`, without reading values.
     fn first_key(&self, start: &[u8], end: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// The value of each of `keys`, in their order. A store may read them together
+    /// (RocksDB's batched MultiGet).
+    fn get_each(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
     /// For each `(start, end)` of `ranges`, its first `limit` entries in key order; one list
     /// per range, in the order of `ranges`. A store may read them all through one iterator
     /// (RocksDB: opening an iterator per range cost more than its seek).
@@ -219,6 +224,18 @@ pub(crate) mod tests {
         }
         assert_eq!(s.scan_each(&ranges, usize::MAX).unwrap()[7].len(), 4);
         assert!(s.scan_each(&[], 1).unwrap().is_empty());
+        let keys = [
+            vec![3, b'b'],
+            vec![2, b'a'],
+            vec![1, b'a'],
+            vec![3, b'b'],
+            vec![9],
+        ];
+        let each = s.get_each(&keys).unwrap();
+        let alone: Vec<_> = keys.iter().map(|k| s.get(k).unwrap()).collect();
+        assert_eq!(each, alone);
+        assert_eq!(each[0], Some(vec![30]));
+        assert!(s.get_each(&[]).unwrap().is_empty());
     }
 
     /// Counters added without a read sum up with what was put before, in one batch or many.

@@ -111,7 +111,12 @@ impl RocksDbStateBackend {
         // on Nexmark q4, the join's misses searched every level).
         table.set_bloom_filter(10.0, false);
         options.set_block_based_table_factory(&table);
-        let db = DB::open(&options, path)
+        // The default column family named, so that batched reads can take its handle.
+        let default = rocksdb::ColumnFamilyDescriptor::new(
+            rocksdb::DEFAULT_COLUMN_FAMILY_NAME,
+            options.clone(),
+        );
+        let db = DB::open_cf_descriptors(&options, path, [default])
             .map_err(|e| state_error("cannot open state store", path, e))?;
         Ok(Self {
             db,
@@ -219,6 +224,27 @@ impl StateBackend for RocksDbStateBackend {
             .take(limit)
             .map(|item| {
                 item.map(|(k, v)| (k.into_vec(), v.into_vec()))
+                    .map_err(|e| state_error("cannot read state store", &self.path, e))
+            })
+            .collect()
+    }
+
+    /// One batched MultiGet: RocksDB sorts the keys and looks them up file by file (profiled
+    /// on Nexmark q16, point reads of COUNT(DISTINCT) entries one by one were a fifth of the
+    /// job's CPU).
+    fn get_each(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(default) = self.db.cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME) else {
+            // Opened without naming it (a checkpoint read for a restore): one read per key.
+            return keys.iter().map(|k| self.get(k)).collect();
+        };
+        self.db
+            .batched_multi_get_cf(default, keys, false)
+            .into_iter()
+            .map(|v| {
+                v.map(|v| v.map(|v| v.to_vec()))
                     .map_err(|e| state_error("cannot read state store", &self.path, e))
             })
             .collect()

@@ -95,6 +95,38 @@ impl GroupCache {
         Ok(state)
     }
 
+    /// Reads the states of those of `groups` not in memory from the store together (one
+    /// batched read), so that [`Self::state`] finds every one of them in memory.
+    pub fn read_states(
+        &mut self,
+        store: &dyn StateBackend,
+        groups: &[Vec<u8>],
+        key: impl Fn(&[u8]) -> Vec<u8>,
+    ) -> Result<()> {
+        let missing: Vec<&Vec<u8>> = groups
+            .iter()
+            .filter(|g| !self.groups.contains_key(g.as_slice()))
+            .collect();
+        if missing.len() < 2 {
+            return Ok(());
+        }
+        let keys: Vec<Vec<u8>> = missing.iter().map(|g| key(g)).collect();
+        let values = store.get_each(&keys)?;
+        for ((group, key), value) in missing.into_iter().zip(keys).zip(values) {
+            let state = value
+                .map(|b| GroupState::decode(&b, self.aggregates))
+                .transpose()?;
+            let slot = Slot {
+                key,
+                state,
+                ..Slot::default()
+            };
+            self.bytes += slot_bytes(group, &slot);
+            self.groups.insert(group.clone(), slot);
+        }
+        Ok(())
+    }
+
     /// The group's new state, written back later. The group was read first.
     pub fn set_state(&mut self, group: &[u8], state: GroupState) {
         if let Some(slot) = self.groups.get_mut(group) {
@@ -146,6 +178,51 @@ impl GroupCache {
         self.bytes += slot
             .distinct
             .update(&self.hasher, key, read, &mut self.scratch, apply)?;
+        Ok(())
+    }
+
+    /// Reads the COUNT(DISTINCT) entries of `entries` (group, entry key) not in memory from
+    /// the store together (one batched read), so that [`Self::update_distinct`] finds them
+    /// in memory. Their groups were read first.
+    pub fn read_distinct<'a>(
+        &mut self,
+        store: &dyn StateBackend,
+        entries: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+        width: usize,
+    ) -> Result<()> {
+        let mut missing: Vec<(&[u8], Vec<u8>)> = Vec::new();
+        for (group, key) in entries {
+            let held = self
+                .groups
+                .get(group)
+                .is_some_and(|slot| slot.distinct.contains(&self.hasher, key));
+            if !held {
+                missing.push((group, key.to_vec()));
+            }
+        }
+        if missing.len() < 2 {
+            return Ok(());
+        }
+        let keys: Vec<Vec<u8>> = missing.iter().map(|(_, k)| k.clone()).collect();
+        let values = store.get_each(&keys)?;
+        for ((group, key), value) in missing.into_iter().zip(values) {
+            let Some(slot) = self.groups.get_mut(group) else {
+                return Err(EngineError::Internal(
+                    "a COUNT(DISTINCT) entry of a group that was not read first".into(),
+                ));
+            };
+            let counts = match value {
+                Some(b) => decode_counts(&b, width)?,
+                None => vec![0; width],
+            };
+            self.bytes += slot.distinct.update(
+                &self.hasher,
+                &key,
+                || Ok(counts),
+                &mut self.scratch,
+                |_| false,
+            )?;
+        }
         Ok(())
     }
 

@@ -112,6 +112,16 @@ pub(super) fn accumulate(
             }
         }
     }
+    // The entries not in memory are read together first.
+    let changed = |e: usize| deltas[e * width..(e + 1) * width].iter().any(|d| *d != 0);
+    cache.read_distinct(
+        store,
+        index
+            .iter()
+            .filter(|(_, &e)| changed(e))
+            .map(|(key, &e)| (t.groups[entry_group[e]].as_slice(), key.as_slice())),
+        width,
+    )?;
     for (key, e) in index {
         let delta = &deltas[e * width..(e + 1) * width];
         if delta.iter().all(|d| *d == 0) {

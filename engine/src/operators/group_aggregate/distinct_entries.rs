@@ -95,6 +95,13 @@ impl DistinctEntries {
         Ok(bytes)
     }
 
+    /// Whether the entry `key` is held.
+    pub fn contains(&self, hasher: &RandomState, key: &[u8]) -> bool {
+        self.table
+            .find(hasher.hash_one(key), |e| self::key(e) == key)
+            .is_some()
+    }
+
     /// The changed entries (store key, counts as stored), marked clean.
     pub fn take_dirty(&mut self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.table.iter_mut().filter_map(|e| {
