@@ -252,14 +252,15 @@ impl StreamJoinOperator {
                 continue;
             }
             let key = key_rows.row(r).data();
-            let d = *seen.entry(key).or_insert_with(|| {
+            let next = distinct.len();
+            let d = *seen.entry(key).or_insert(next);
+            if d == next {
                 distinct.push(r);
-                distinct.len() - 1
-            });
-            if d + 1 == distinct.len() && distinct[d] == r && cache.get(key).is_none() {
-                let prefix = key_prefix(handle, key);
-                let end = prefix_end(&prefix);
-                to_read.push((prefix, end));
+                if cache.get(key).is_none() {
+                    let prefix = key_prefix(handle, key);
+                    let end = prefix_end(&prefix);
+                    to_read.push((prefix, end));
+                }
             }
             of_row.push(Some(d));
         }

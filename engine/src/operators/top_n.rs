@@ -50,11 +50,11 @@ use crate::state::{
     WriteBatch,
 };
 use cache::{Top, TopCache};
+use state::{key_of, partition_of, Keys};
 
 /// Rows of partitions not cached that one append-only batch reads from the store together
 /// (through one iterator: [`StateBackend::scan_each`]).
 const READ_TOGETHER_ROWS: u64 = 64 * 1024;
-use state::{key_of, partition_of, Keys};
 
 /// The plan node of a Top-N without windows.
 #[derive(Debug, Clone)]
