@@ -33,8 +33,26 @@ fn write_rows(dir: &std::path::Path, name: &str, seed: u64, n: usize) -> String 
         writeln!(text, "{id},k{},{v},{at}", rng.gen_range(0..keys)).unwrap();
     }
     let path = dir.join(format!("{name}-{seed}.csv"));
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, &text).unwrap();
     path.display().to_string()
+}
+
+/// The rows of the CSV file `path` dealt in turn into two files of a directory beside it,
+/// read as two partitions (source instances, each with its own watermark).
+fn two_partitions(path: &str) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    let mut parts = [format!("{header}\n"), format!("{header}\n")];
+    for (i, line) in lines.enumerate() {
+        writeln!(parts[i % 2], "{line}").unwrap();
+    }
+    let dir = format!("{path}.parts");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, part) in parts.iter().enumerate() {
+        std::fs::write(format!("{dir}/{i}.csv"), part).unwrap();
+    }
+    dir
 }
 
 /// 2024-01-01 plus `ms` milliseconds, as CSV timestamp text.
@@ -99,12 +117,19 @@ fn check(settings: &[&str], sql: &str, reference: &str, expect_updating: bool) -
         ];
         let want =
             common::batch_csv_sql(&[("t", &paths[0]), ("u", &paths[1])], &schema(), reference);
+        // Above one instance, each table is read as two partitions, so the stages after the
+        // sources (and a local aggregation phase chained into them) run in parallel too.
+        let parts = [two_partitions(&paths[0]), two_partitions(&paths[1])];
         // A 1-byte memory budget: whatever an operator holds in memory must spill or stream;
         // 24 KB: caches (the joins' probed keys, groups) fill and drop keys as they go.
         for (parallelism, batch_size, budget) in
             [(1, 1, None), (2, 13, Some("1")), (3, 256, Some("24KB"))]
         {
-            let mut s = tables(&paths, batch_size, parallelism);
+            let mut s = tables(
+                if parallelism > 1 { &parts } else { &paths },
+                batch_size,
+                parallelism,
+            );
             if let Some(b) = budget {
                 execute(&mut s, &format!("SET memory_budget = '{b}'")).unwrap();
             }

@@ -34,6 +34,7 @@ mod cache;
 mod distinct;
 mod distinct_entries;
 mod mini_batch;
+pub(crate) mod partials;
 pub(crate) mod state;
 pub(crate) mod values;
 
@@ -41,12 +42,13 @@ use datafusion::common::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int8Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::compute::{cast, filter_record_batch, interleave};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampNanosecondType};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::changelog::{self, Op};
@@ -55,15 +57,17 @@ use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MIN};
 use crate::metrics::JobMetrics;
 use crate::operator::{cast_columns, Operator, Output};
+use crate::operators::local_group_aggregate::{Holding, LocalGroupAggregateSpec};
 use crate::operators::windowed::WindowColumn;
 use crate::state::ttl::now_ms;
 use crate::state::{
     count_of, just_after, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch,
 };
 use cache::GroupCache;
+pub(crate) use distinct::distinct_sets;
 use mini_batch::MiniBatch;
 use state::{restore_repartitioned, AggState, GroupState, Keys};
-use values::{add_sums, result_column, takes};
+use values::{add_sums, add_to_sum, result_column, takes};
 
 /// Keys a batch expires at most (the rest wait for the next batches).
 pub(crate) const EXPIRE_PER_BATCH: usize = 1024;
@@ -151,11 +155,16 @@ pub struct GroupAggregateSpec {
     /// `SET mini_batch`: input rows wait up to this long (processing time) and are applied
     /// together; `None` applies each input batch as it comes.
     pub mini_batch: Option<Duration>,
+    /// Two phases: the input carries the partial states ([`partials`]) a
+    /// [`crate::operators::LocalGroupAggregateSpec`] computed over rows of this schema (the
+    /// aggregates' arguments and filters refer to it), keyed by the partial rows' key
+    /// columns; `None`: the input carries the rows themselves.
+    pub partials_of: Option<SchemaRef>,
     pub description: String,
 }
 
 impl GroupAggregateSpec {
-    fn key_converter(&self) -> Result<Option<RowConverter>> {
+    pub(crate) fn key_converter(&self) -> Result<Option<RowConverter>> {
         if self.keys.is_empty() {
             return Ok(None);
         }
@@ -165,6 +174,80 @@ impl GroupAggregateSpec {
             .map(|k| Ok(SortField::new(k.data_type(&self.input_schema)?)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(RowConverter::new(fields)?))
+    }
+
+    /// The schema the aggregates' arguments and filters are evaluated on.
+    pub(crate) fn rows_schema(&self) -> &SchemaRef {
+        self.partials_of.as_ref().unwrap_or(&self.input_schema)
+    }
+
+    /// Per aggregate keeping a multiset (or, over an append-only input, a MIN / MAX extreme):
+    /// the encoder of its values (descending for MAX).
+    pub(crate) fn value_converters(&self) -> Result<Vec<Option<RowConverter>>> {
+        self.aggregates
+            .iter()
+            .map(|a| {
+                if !a.keeps_multiset() {
+                    return Ok(None);
+                }
+                let options = SortOptions {
+                    descending: a.kind == UpdatingAggKind::Max,
+                    nulls_first: false,
+                };
+                let field =
+                    SortField::new_with_options(a.arg.data_type(self.rows_schema())?, options);
+                Ok(Some(RowConverter::new(vec![field])?))
+            })
+            .collect()
+    }
+
+    /// The two phases of this aggregation (Flink's local-global aggregation): a local phase
+    /// for the input's tasks, emitting partial states per group ([`partials`]), and the
+    /// final phase merging them behind the keyed exchange on their key columns. `None` when
+    /// it cannot be split: an updating input (a local phase would have to retract), a
+    /// multiset of more than 64 COUNT(DISTINCT)s, or an early-fire window column that is not
+    /// a plain group key.
+    pub fn split(&self) -> Result<Option<(LocalGroupAggregateSpec, GroupAggregateSpec)>> {
+        if self.input_updating || self.partials_of.is_some() {
+            return Ok(None);
+        }
+        if !distinct::distinct_sets(&self.aggregates)
+            .iter()
+            .all(|s| partials::fits(s.len()))
+        {
+            return Ok(None);
+        }
+        let window = match self.window {
+            None => None,
+            Some(w) => {
+                let key = self.keys.iter().position(|k| {
+                    k.downcast_ref::<Column>()
+                        .is_some_and(|c| c.index() == w.index)
+                });
+                match key {
+                    Some(index) => Some(WindowColumn { index, ..w }),
+                    None => return Ok(None),
+                }
+            }
+        };
+        let schema = partials::schema(self)?;
+        let keys = (0..self.keys.len())
+            .map(|i| Arc::new(Column::new(schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        let local = LocalGroupAggregateSpec {
+            aggregate: self.clone(),
+            output_schema: Arc::clone(&schema),
+            holding: Holding::Adaptive,
+            description: String::new(),
+        };
+        let merged = GroupAggregateSpec {
+            input_schema: schema,
+            keys,
+            window,
+            partials_of: Some(Arc::clone(&self.input_schema)),
+            ..self.clone()
+        };
+        Ok(Some((local, merged)))
     }
 }
 
@@ -180,22 +263,7 @@ impl OperatorFactory for GroupAggregateSpec {
             ));
         }
         let keys = self.key_converter()?;
-        let values = self
-            .aggregates
-            .iter()
-            .map(|a| {
-                if !a.keeps_multiset() {
-                    return Ok(None);
-                }
-                let options = SortOptions {
-                    descending: a.kind == UpdatingAggKind::Max,
-                    nulls_first: false,
-                };
-                let field =
-                    SortField::new_with_options(a.arg.data_type(&self.input_schema)?, options);
-                Ok(Some(RowConverter::new(vec![field])?))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let values = self.value_converters()?;
         if let Some(restore) = task.state.restore() {
             if let Some((instance, parallelism)) = restore.repartition {
                 restore_repartitioned(
@@ -447,13 +515,98 @@ impl GroupAggregateOperator {
                     "COUNT(DISTINCT) without a value encoder".into(),
                 ));
             };
+            let aggregates = &self.spec.aggregates;
+            let arg = aggregates[members[0]].arg.evaluate(rel)?.into_array(n)?;
+            let taken = members
+                .iter()
+                .map(|&m| takes(&aggregates[m], &arg, rel))
+                .collect::<Result<Vec<_>>>()?;
+            let rows = values.convert_columns(&[arg])?;
             let input = distinct::DistinctInput {
                 members,
-                aggregates: &self.spec.aggregates,
-                values,
                 append_only: !self.spec.input_updating,
             };
-            distinct::accumulate(&input, rel, signs, t, &keys, &mut self.cache, store)?;
+            distinct::accumulate(
+                &input,
+                |r| rows.row(r).data(),
+                &taken,
+                signs,
+                t,
+                &keys,
+                &mut self.cache,
+                store,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Two phases: merges a batch of partial states ([`partials`]) into the groups' states.
+    fn merge_partials(
+        &mut self,
+        rel: &RecordBatch,
+        t: &mut Touched,
+        store: &dyn StateBackend,
+    ) -> Result<()> {
+        let layout = partials::Layout::new(
+            self.spec.keys.len(),
+            &self.spec.aggregates,
+            self.distinct_sets.len(),
+        );
+        let rows = partials::int64s(rel, layout.rows)?;
+        for (row, &g) in t.row_group.iter().enumerate() {
+            t.after[g].rows += rows.value(row);
+        }
+        for i in 0..self.spec.aggregates.len() {
+            if let Some(at) = layout.n[i] {
+                let n = partials::int64s(rel, at)?;
+                for (row, &g) in t.row_group.iter().enumerate() {
+                    t.after[g].aggs[i].n += n.value(row);
+                }
+            }
+            if let Some(at) = layout.sum[i] {
+                let sums = rel.column(at);
+                for (row, &g) in t.row_group.iter().enumerate() {
+                    if sums.is_valid(row) {
+                        add_to_sum(&mut t.after[g].aggs[i], sums, row, 1)?;
+                    }
+                }
+            }
+            if let Some(at) = layout.extreme[i] {
+                let values = partials::value_rows(rel, at)?;
+                for (row, &g) in t.row_group.iter().enumerate() {
+                    if !values.is_valid(row) {
+                        continue;
+                    }
+                    let value = values.value(row);
+                    let extreme = &mut t.after[g].extremes[i];
+                    if extreme.as_deref().is_none_or(|e| value < e) {
+                        *extreme = Some(value.to_vec());
+                    }
+                }
+            }
+        }
+        let keys = Keys {
+            handle: &self.handle,
+        };
+        let signs = vec![1; rel.num_rows()];
+        for (members, &(value, member_bits)) in self.distinct_sets.iter().zip(&layout.distinct) {
+            let values = partials::value_rows(rel, value)?;
+            let taken =
+                partials::members_taking(partials::int64s(rel, member_bits)?, members.len());
+            let input = distinct::DistinctInput {
+                members,
+                append_only: true,
+            };
+            distinct::accumulate(
+                &input,
+                |r| values.value(r),
+                &taken,
+                &signs,
+                t,
+                &keys,
+                &mut self.cache,
+                store,
+            )?;
         }
         Ok(())
     }
@@ -620,7 +773,11 @@ impl GroupAggregateOperator {
         self.expire(store.as_ref(), now)?;
         let mut t = self.touch(&rel, store.as_ref())?;
         let mut writes = WriteBatch::default();
-        self.accumulate(&rel, &signs, &mut t, store.as_ref(), &mut writes)?;
+        if self.spec.partials_of.is_some() {
+            self.merge_partials(&rel, &mut t, store.as_ref())?;
+        } else {
+            self.accumulate(&rel, &signs, &mut t, store.as_ref(), &mut writes)?;
+        }
         store.write(std::mem::take(&mut writes))?;
         t.extreme_after = self.extremes(&t.groups, &t.after, store.as_ref())?;
 

@@ -11,6 +11,7 @@ pub mod group_aggregate;
 pub mod interval_join;
 pub mod limit;
 pub mod local_aggregate;
+pub mod local_group_aggregate;
 pub mod pane_windows;
 pub mod session_aggregate;
 pub mod session_window;
@@ -35,6 +36,7 @@ pub use group_aggregate::{GroupAggregateSpec, UpdatingAggKind, UpdatingAggregate
 pub use interval_join::{IntervalJoinSpec, IntervalSide, Until};
 pub use limit::LimitSpec;
 pub use local_aggregate::LocalAggregateSpec;
+pub use local_group_aggregate::LocalGroupAggregateSpec;
 pub use pane_windows::PaneWindowsSpec;
 pub use session_aggregate::SessionAggregateSpec;
 pub use session_window::SessionWindowSpec;

@@ -10,8 +10,9 @@ use datafusion::physical_expr::aggregate::{AggregateFunctionExpr, LoweredAggrega
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_expr::PhysicalExpr;
 use weir_engine::operators::{
-    AggregateInput, ChangelogBufferSpec, GroupAggregateSpec, GroupColumn, PaneWindowsSpec,
-    UpdatingAggKind, UpdatingAggregate, WindowAggregateSpec, WindowBound, WindowColumn, WindowEdge,
+    AggregateInput, ChangelogBufferSpec, GroupAggregateSpec, GroupColumn, LocalGroupAggregateSpec,
+    PaneWindowsSpec, UpdatingAggKind, UpdatingAggregate, WindowAggregateSpec, WindowBound,
+    WindowColumn, WindowEdge,
 };
 use weir_engine::panes::Panes;
 use weir_engine::{Partitioning, Stage, StageInput};
@@ -251,6 +252,22 @@ impl StreamPlanner<'_> {
             })
             .collect::<Result<Vec<_>>>()?;
         let input_arrow = batch_schema(&input.schema, input.updating.is_some());
+        let what = format!(
+            "group by [{}], aggregates [{}]",
+            exprs_text(&agg.group_expr),
+            exprs_text(&agg.aggr_expr)
+        );
+        let mode = format!(
+            "{}{}",
+            if window.is_some() {
+                "updating, early results per window"
+            } else {
+                "updating"
+            },
+            self.modes
+                .mini_batch
+                .map_or_else(String::new, |d| format!(", mini-batches of {d:?}")),
+        );
         let spec = GroupAggregateSpec {
             input_schema: arrow_schema(&input.schema),
             input_updating: input.updating.is_some(),
@@ -260,22 +277,43 @@ impl StreamPlanner<'_> {
             state_ttl: self.modes.state_ttl,
             window,
             mini_batch: self.modes.mini_batch,
-            description: format!(
-                "GroupAggregate ({}{}): group by [{}], aggregates [{}]",
-                if window.is_some() {
-                    "updating, early results per window"
-                } else {
-                    "updating"
-                },
-                self.modes
-                    .mini_batch
-                    .map_or_else(String::new, |d| format!(", mini-batches of {d:?}")),
-                exprs_text(&agg.group_expr),
-                exprs_text(&agg.aggr_expr)
-            ),
+            partials_of: None,
+            description: format!("GroupAggregate ({mode}): {what}"),
         };
-        let stage = self.keyed_stage(&input, keys, None, &input_arrow, "aggregate");
-        self.stages[stage].chain.push(Arc::new(spec));
+        let split = if self.two_phase_pays(&input) {
+            spec.split()?
+        } else {
+            None
+        };
+        let stage = match split {
+            Some((local, merged)) => {
+                // The local phase runs in the input's tasks; only partial states per group
+                // cross the exchange, keyed by their key columns.
+                let local = LocalGroupAggregateSpec {
+                    description: format!("LocalGroupAggregate (partial states per group): {what}"),
+                    ..local
+                };
+                self.push(&input, Arc::new(local));
+                let merged = GroupAggregateSpec {
+                    description: format!("GroupAggregate ({mode}, merging partial states): {what}"),
+                    ..merged
+                };
+                let stage = self.keyed_stage(
+                    &input,
+                    merged.keys.clone(),
+                    None,
+                    &merged.input_schema,
+                    "aggregate",
+                );
+                self.stages[stage].chain.push(Arc::new(merged));
+                stage
+            }
+            None => {
+                let stage = self.keyed_stage(&input, keys, None, &input_arrow, "aggregate");
+                self.stages[stage].chain.push(Arc::new(spec));
+                stage
+            }
+        };
         if let (Some(window), Some(interval)) = (window, self.modes.early_fire_interval) {
             // Early results every interval: each group's net change since the last time.
             let output_window = agg
@@ -434,7 +472,7 @@ impl StreamPlanner<'_> {
         Ok((aggregates, filters))
     }
 
-    /// Whether a window aggregation over `input` runs in two phases (a local one in the
+    /// Whether an aggregation over `input` runs in two phases (a local one in the
     /// input's tasks, merged behind the exchange): when the input runs as several instances,
     /// or when the plan's shape must not depend on the parallelism (a durable job, which may
     /// be restored at another). Where its keys rarely repeat, the local phase notices and

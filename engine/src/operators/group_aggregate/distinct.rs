@@ -10,20 +10,17 @@
 //! value was seen: it stays at 1, and a value seen again leaves its entry unchanged (not
 //! written back).
 
-use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::row::RowConverter;
 use datafusion::common::HashMap;
 
 use super::cache::GroupCache;
 use super::state::Keys;
-use super::values::takes;
 use super::{Touched, UpdatingAggKind, UpdatingAggregate};
 use crate::error::{EngineError, Result};
 use crate::state::StateBackend;
 
 /// The COUNT(DISTINCT) aggregates of `aggregates` grouped by argument: each set's members in
 /// order; the first names the set's multiset and encodes its values.
-pub(super) fn distinct_sets(aggregates: &[UpdatingAggregate]) -> Vec<Vec<usize>> {
+pub(crate) fn distinct_sets(aggregates: &[UpdatingAggregate]) -> Vec<Vec<usize>> {
     let mut sets: Vec<Vec<usize>> = Vec::new();
     for (i, a) in aggregates.iter().enumerate() {
         if a.kind != UpdatingAggKind::CountDistinct {
@@ -58,36 +55,29 @@ pub(super) fn stored_counts(bytes: &[u8]) -> impl Iterator<Item = i64> + '_ {
 
 /// What one shared multiset needs to take a batch.
 pub(super) struct DistinctInput<'a> {
-    /// The set's member aggregates (indices into `aggregates`).
+    /// The set's member aggregates (indices into the spec's aggregates).
     pub members: &'a [usize],
-    pub aggregates: &'a [UpdatingAggregate],
-    /// Encodes the argument's values (the first member's converter).
-    pub values: &'a RowConverter,
     /// Append-only input: counts stay at 1 (seen or not).
     pub append_only: bool,
 }
 
-/// Applies the batch to one shared multiset: the net change per (group, value) and member,
-/// then one read and at most one write per entry; each member's distinct count in `t.after`
-/// moves when its count of a value leaves or reaches zero.
-pub(super) fn accumulate(
+/// Applies a batch to one shared multiset: `value(row)` is a row's value row, `taken[m][row]`
+/// whether member `m` takes it. The net change per (group, value) and member, then one read
+/// and at most one write per entry; each member's distinct count in `t.after` moves when its
+/// count of a value leaves or reaches zero.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn accumulate<'v>(
     input: &DistinctInput<'_>,
-    rel: &RecordBatch,
+    value: impl Fn(usize) -> &'v [u8],
+    taken: &[Vec<bool>],
     signs: &[i64],
     t: &mut Touched,
     keys: &Keys<'_>,
     cache: &mut GroupCache,
     store: &dyn StateBackend,
 ) -> Result<()> {
-    let n = rel.num_rows();
+    let n = signs.len();
     let first = input.members[0];
-    let arg = input.aggregates[first].arg.evaluate(rel)?.into_array(n)?;
-    let taken = input
-        .members
-        .iter()
-        .map(|&m| takes(&input.aggregates[m], &arg, rel))
-        .collect::<Result<Vec<_>>>()?;
-    let rows = input.values.convert_columns(&[arg])?;
     let width = input.members.len();
     // Entry key -> its index; per index its group and `width` deltas.
     let mut index: HashMap<Vec<u8>, usize> = HashMap::default();
@@ -99,7 +89,7 @@ pub(super) fn accumulate(
         }
         let g = t.row_group[row];
         let mut key = keys.multiset(&t.groups[g], first);
-        key.extend_from_slice(rows.row(row).data());
+        key.extend_from_slice(value(row));
         let next = entry_group.len();
         let e = *index.entry(key).or_insert(next);
         if e == next {

@@ -65,6 +65,17 @@ pub(crate) fn add_value(
     sign: i64,
 ) -> Result<()> {
     state.n += sign;
+    add_to_sum(state, values, row, sign)
+}
+
+/// Adds row `row` of `values` (already cast to the sum's type), times `sign`, to a running
+/// sum, leaving its count of values alone (a partial sum of several values).
+pub(crate) fn add_to_sum(
+    state: &mut AggState,
+    values: &ArrayRef,
+    row: usize,
+    sign: i64,
+) -> Result<()> {
     match values.data_type() {
         DataType::Int64 => {
             let v = values.as_primitive::<Int64Type>().value(row);
@@ -94,7 +105,10 @@ pub(crate) fn add_value(
 }
 
 /// SUM results of type `output` (NULL where the sum took no value).
-fn sum_column(output: &DataType, states: impl Iterator<Item = AggState>) -> Result<ArrayRef> {
+pub(crate) fn sum_column(
+    output: &DataType,
+    states: impl Iterator<Item = AggState>,
+) -> Result<ArrayRef> {
     Ok(match output {
         DataType::Int64 => Arc::new(Int64Array::from_iter(
             states.map(|s| (s.n > 0).then_some(s.v as i64)),

@@ -17,6 +17,7 @@ use crate::changelog::{self, Op};
 use crate::graph::Partitioning;
 use crate::operators::group_aggregate::{GroupAggregateSpec, UpdatingAggKind, UpdatingAggregate};
 use crate::operators::harness::{Harness, OperatorUnderTest, Rng};
+use crate::operators::local_group_aggregate::{Holding, PROBE_ROWS};
 
 /// `(k, v, name)`.
 type Row = (i64, Option<i64>, String);
@@ -31,7 +32,7 @@ fn input_schema() -> SchemaRef {
 
 /// ```sql
 /// SELECT k, count(*), count(v), sum(v), avg(v), min(v), max(name), count(DISTINCT v),
-///        sum(v) FILTER (WHERE v > 50)
+///        sum(v) FILTER (WHERE v > 50), count(DISTINCT v) FILTER (WHERE v > 50)
 /// FROM input GROUP BY k
 /// ```
 /// (without `k` in the GROUP BY when `keyed` is false).
@@ -43,6 +44,26 @@ fn aggregate_with(
     updating: bool,
     mini_batch: bool,
 ) -> OperatorUnderTest {
+    let spec = aggregate_spec(keyed, state_ttl, updating, mini_batch);
+    OperatorUnderTest::new(spec, vec![routing(keyed, "k")])
+}
+
+/// Routing on the first column (`name`) when keyed.
+fn routing(keyed: bool, name: &str) -> Partitioning {
+    if keyed {
+        Partitioning::Hash(vec![col(name, 0)])
+    } else {
+        Partitioning::Single
+    }
+}
+
+/// The plan node of [`aggregate_with`].
+fn aggregate_spec(
+    keyed: bool,
+    state_ttl: Option<std::time::Duration>,
+    updating: bool,
+    mini_batch: bool,
+) -> GroupAggregateSpec {
     let schema = input_schema();
     let v = || col("v", 1);
     let agg = |kind, arg, output| UpdatingAggregate {
@@ -61,8 +82,12 @@ fn aggregate_with(
         agg(UpdatingAggKind::Max, col("name", 2), DataType::Utf8),
         agg(UpdatingAggKind::CountDistinct, v(), DataType::Int64),
         UpdatingAggregate {
-            filter: Some(big),
+            filter: Some(big.clone()),
             ..agg(UpdatingAggKind::Sum, v(), DataType::Int64)
+        },
+        UpdatingAggregate {
+            filter: Some(big),
+            ..agg(UpdatingAggKind::CountDistinct, v(), DataType::Int64)
         },
     ];
     let mut out = Vec::new();
@@ -78,11 +103,12 @@ fn aggregate_with(
         ("hi", DataType::Utf8),
         ("d", DataType::Int64),
         ("sf", DataType::Int64),
+        ("df", DataType::Int64),
     ] {
         out.push(Field::new(name, t, true));
     }
     let keys = if keyed { vec![col("k", 0)] } else { vec![] };
-    let spec = GroupAggregateSpec {
+    GroupAggregateSpec {
         input_schema: Arc::clone(&schema),
         input_updating: updating,
         keys: keys.clone(),
@@ -91,14 +117,9 @@ fn aggregate_with(
         state_ttl,
         window: None,
         mini_batch: mini_batch.then(|| std::time::Duration::from_secs(3600)),
+        partials_of: None,
         description: String::new(),
-    };
-    let routing = if keyed {
-        Partitioning::Hash(keys)
-    } else {
-        Partitioning::Single
-    };
-    OperatorUnderTest::new(spec, vec![routing])
+    }
 }
 
 fn batch(changes: &[(Row, Op)]) -> RecordBatch {
@@ -208,6 +229,9 @@ fn direct(live: &[Row], keyed: bool) -> BTreeMap<String, Vec<String>> {
             text(ScalarValue::Int64(
                 (!big.is_empty()).then(|| big.iter().sum()),
             )),
+            text(ScalarValue::Int64(Some(
+                big.iter().collect::<std::collections::BTreeSet<_>>().len() as i64,
+            ))),
         ]);
         out.insert(row[0].clone(), row);
     }
@@ -256,6 +280,11 @@ struct Setup {
     /// Mini-batches: rows are held and applied on every third step's timer (or a restore's
     /// barrier); nothing is emitted in between.
     mini_batch: bool,
+    /// Two phases ([`GroupAggregateSpec::split`]): each step's rows go to two local phases
+    /// in turn, whose partial states feed the final phase.
+    two_phase: bool,
+    /// With two phases: the local phases pass each row on as its own partial row.
+    row_by_row: bool,
 }
 
 impl Default for Setup {
@@ -264,7 +293,67 @@ impl Default for Setup {
             updating: true,
             budget: None,
             mini_batch: false,
+            two_phase: false,
+            row_by_row: false,
         }
+    }
+}
+
+/// The operator under test: one phase, or the final phase fed by two local phases (each
+/// one instance, as two source tasks would chain them).
+struct Phases {
+    locals: Vec<Harness>,
+    last: Harness,
+}
+
+impl Phases {
+    /// What the local phases emitted, through the final phase.
+    fn forward(&mut self) {
+        for local in &mut self.locals {
+            for partial in local.take_output() {
+                self.last.batch(0, partial).unwrap();
+            }
+        }
+    }
+
+    fn batch(&mut self, rel: RecordBatch) {
+        if self.locals.is_empty() {
+            return self.last.batch(0, rel).unwrap();
+        }
+        // Rows in turn to each local phase.
+        let n = self.locals.len();
+        for (i, local) in self.locals.iter_mut().enumerate() {
+            let rows: Vec<u32> = (i as u32..rel.num_rows() as u32).step_by(n).collect();
+            let rows = datafusion::arrow::array::UInt32Array::from(rows);
+            let part = datafusion::arrow::compute::take_record_batch(&rel, &rows).unwrap();
+            local.batch(0, part).unwrap();
+        }
+        self.forward();
+    }
+
+    fn timer(&mut self) {
+        for local in &mut self.locals {
+            local.timer().unwrap();
+        }
+        self.forward();
+        self.last.timer().unwrap();
+    }
+
+    /// A barrier passes the local phases (they flush), then the final one.
+    fn barrier(&mut self) -> crate::operators::harness::Checkpoint {
+        for local in &mut self.locals {
+            local.barrier().unwrap();
+        }
+        self.forward();
+        self.last.barrier().unwrap()
+    }
+
+    fn end(&mut self) {
+        for local in &mut self.locals {
+            local.end().unwrap();
+        }
+        self.forward();
+        self.last.end().unwrap();
     }
 }
 
@@ -275,21 +364,47 @@ fn check_with(
     parallelism: usize,
     restarts: &[(usize, usize)],
 ) {
-    let mut op = aggregate_with(keyed, None, setup.updating, setup.mini_batch);
+    let spec = aggregate_spec(keyed, None, setup.updating, setup.mini_batch);
+    let (local, last) = if setup.two_phase {
+        let (mut local, merged) = spec
+            .split()
+            .unwrap()
+            .expect("an append-only GROUP BY splits");
+        if setup.row_by_row {
+            local.holding = Holding::RowByRow;
+        }
+        let routing = routing(keyed, merged.input_schema.field(0).name());
+        (
+            Some(OperatorUnderTest::new(local, vec![Partitioning::Single])),
+            OperatorUnderTest::new(merged, vec![routing]),
+        )
+    } else {
+        (
+            None,
+            OperatorUnderTest::new(spec, vec![routing(keyed, "k")]),
+        )
+    };
+    let mut op = last;
     if let Some(budget) = setup.budget {
         op = op.with_memory_budget(budget);
     }
     let steps = changes(seed, 60, !setup.updating);
-    let mut h: Harness = op.start(parallelism).unwrap();
+    let mut h = Phases {
+        locals: local
+            .iter()
+            .flat_map(|l| [l.start(1).unwrap(), l.start(1).unwrap()])
+            .collect(),
+        last: op.start(parallelism).unwrap(),
+    };
     let mut table = BTreeMap::new();
     let mut live: Vec<Row> = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         if let Some(&(_, p)) = restarts.iter().find(|(at, _)| *at == i) {
-            let checkpoint = h.barrier().unwrap();
-            apply(&mut table, &h.take_output());
-            h = op.restore(&checkpoint, p).unwrap();
+            let checkpoint = h.barrier();
+            apply(&mut table, &h.last.take_output());
+            h.last = op.restore(&checkpoint, p).unwrap();
         }
-        h.batch(0, batch_of(step, setup.updating)).unwrap();
+        h.batch(batch_of(step, setup.updating));
         for (row, op) in step {
             if op.is_add() {
                 live.push(row.clone());
@@ -300,18 +415,18 @@ fn check_with(
         }
         if setup.mini_batch {
             if i % 3 != 2 {
-                let held = h.take_output();
+                let held = h.last.take_output();
                 assert!(held.is_empty(), "emitted before the timer: {held:?}");
                 continue;
             }
-            h.timer().unwrap();
-            let out = h.take_output();
+            h.timer();
+            let out = h.last.take_output();
             // One change per group and mini-batch: at most a -U/+U pair for each of 6 keys.
             let rows: usize = out.iter().map(RecordBatch::num_rows).sum();
             assert!(rows <= 12, "{rows} changes in one mini-batch");
             apply(&mut table, &out);
         } else {
-            apply(&mut table, &h.take_output());
+            apply(&mut table, &h.last.take_output());
         }
         let mut want = direct(&live, keyed);
         if !keyed && live.is_empty() && !table.is_empty() {
@@ -321,8 +436,11 @@ fn check_with(
         }
         assert_eq!(table, want, "keyed {keyed}, after step {i}");
     }
-    h.end().unwrap();
-    assert!(h.take_output().is_empty(), "nothing is left at the end");
+    h.end();
+    assert!(
+        h.last.take_output().is_empty(),
+        "nothing is left at the end"
+    );
 }
 
 #[test]
@@ -379,6 +497,7 @@ fn mini_batches_emit_each_groups_net_change_once_with_the_same_results() {
             updating,
             budget,
             mini_batch: true,
+            ..Setup::default()
         };
         check_with(setup, true, 31, 1, &[]);
         // Restores at a step the timer did not reach: the barrier applies the held rows.
@@ -414,4 +533,101 @@ fn a_group_not_touched_for_the_state_ttl_starts_afresh() {
         .unwrap()
         .value(0);
     assert_eq!(count, 1, "a fresh group after the state TTL");
+}
+
+#[test]
+fn two_phases_give_the_one_phase_results_across_restores() {
+    for (mini_batch, budget, row_by_row) in [
+        (false, None, false),
+        (true, None, false),
+        (false, Some(1), false),
+        (true, Some(1), false),
+        (false, None, true),
+        (true, Some(1), true),
+    ] {
+        let setup = Setup {
+            updating: false,
+            budget,
+            mini_batch,
+            two_phase: true,
+            row_by_row,
+        };
+        for seed in [41, 42] {
+            check_with(setup, true, seed, 1, &[]);
+            check_with(setup, true, seed, 3, &[(19, 2), (40, 1)]);
+            check_with(setup, false, seed, 1, &[(25, 1)]);
+        }
+    }
+    // An updating input cannot be split: a local phase would have to retract.
+    assert!(aggregate_spec(true, None, true, false)
+        .split()
+        .unwrap()
+        .is_none());
+}
+
+/// Without a mini-batch the local phase flushes after every batch: one partial row per
+/// group, plus one per further distinct value of a group (the two COUNT(DISTINCT)s of `v`
+/// share one multiset), so repeated keys and values cross the exchange once.
+#[test]
+fn the_local_phase_sends_each_group_and_distinct_value_once_per_flush() {
+    let (local, _) = aggregate_spec(true, None, false, false)
+        .split()
+        .unwrap()
+        .unwrap();
+    let mut h = OperatorUnderTest::new(local, vec![Partitioning::Single])
+        .start(1)
+        .unwrap();
+    let step: Vec<(Row, Op)> = changes(51, 400, true).into_iter().flatten().collect();
+    h.batch(0, batch_of(&step, false)).unwrap();
+    let out = h.take_output();
+    assert_eq!(out.len(), 1, "one flush");
+    let mut distinct: BTreeMap<i64, std::collections::BTreeSet<i64>> = BTreeMap::new();
+    for (row, _) in &step {
+        let values = distinct.entry(row.0).or_default();
+        values.extend(row.1);
+    }
+    let want: usize = distinct.values().map(|v| v.len().max(1)).sum();
+    assert!(
+        want < step.len() / 4,
+        "{want} partial rows for {} rows",
+        step.len()
+    );
+    assert_eq!(out[0].num_rows(), want);
+}
+
+/// Past [`PROBE_ROWS`] rows whose groups never repeat, the local phase stops holding groups:
+/// a batch of one repeated group then gives one partial row per input row.
+#[test]
+fn a_local_phase_whose_groups_never_repeat_passes_rows_on_one_by_one() {
+    let (local, _) = aggregate_spec(true, None, false, false)
+        .split()
+        .unwrap()
+        .unwrap();
+    let mut h = OperatorUnderTest::new(local, vec![Partitioning::Single])
+        .start(1)
+        .unwrap();
+    let repeated: Vec<(Row, Op)> = (0..100)
+        .map(|i| ((1, Some(i % 3), "n".to_string()), Op::Insert))
+        .collect();
+    h.batch(0, batch_of(&repeated, false)).unwrap();
+    let held = h.take_output();
+    assert_eq!(
+        held.iter().map(RecordBatch::num_rows).sum::<usize>(),
+        3,
+        "group 1, 3 values"
+    );
+    let unique: Vec<(Row, Op)> = (0..PROBE_ROWS as i64)
+        .map(|k| ((k + 10, None, "n".to_string()), Op::Insert))
+        .collect();
+    for chunk in unique.chunks(8192) {
+        h.batch(0, batch_of(chunk, false)).unwrap();
+    }
+    h.take_output();
+    h.batch(0, batch_of(&repeated, false)).unwrap();
+    let out = h.take_output();
+    assert_eq!(
+        out.iter().map(RecordBatch::num_rows).sum::<usize>(),
+        100,
+        "row by row"
+    );
 }
