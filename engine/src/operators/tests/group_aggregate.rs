@@ -565,18 +565,23 @@ fn two_phases_give_the_one_phase_results_across_restores() {
         .is_none());
 }
 
+/// One instance of the local phase of the keyed aggregate over append-only rows.
+fn local_phase() -> Harness {
+    let (local, _) = aggregate_spec(true, None, false, false)
+        .split()
+        .unwrap()
+        .expect("an append-only GROUP BY splits");
+    OperatorUnderTest::new(local, vec![Partitioning::Single])
+        .start(1)
+        .unwrap()
+}
+
 /// Without a mini-batch the local phase flushes after every batch: one partial row per
 /// group, plus one per further distinct value of a group (the two COUNT(DISTINCT)s of `v`
 /// share one multiset), so repeated keys and values cross the exchange once.
 #[test]
 fn the_local_phase_sends_each_group_and_distinct_value_once_per_flush() {
-    let (local, _) = aggregate_spec(true, None, false, false)
-        .split()
-        .unwrap()
-        .unwrap();
-    let mut h = OperatorUnderTest::new(local, vec![Partitioning::Single])
-        .start(1)
-        .unwrap();
+    let mut h = local_phase();
     let step: Vec<(Row, Op)> = changes(51, 400, true).into_iter().flatten().collect();
     h.batch(0, batch_of(&step, false)).unwrap();
     let out = h.take_output();
@@ -599,13 +604,7 @@ fn the_local_phase_sends_each_group_and_distinct_value_once_per_flush() {
 /// a batch of one repeated group then gives one partial row per input row.
 #[test]
 fn a_local_phase_whose_groups_never_repeat_passes_rows_on_one_by_one() {
-    let (local, _) = aggregate_spec(true, None, false, false)
-        .split()
-        .unwrap()
-        .unwrap();
-    let mut h = OperatorUnderTest::new(local, vec![Partitioning::Single])
-        .start(1)
-        .unwrap();
+    let mut h = local_phase();
     let repeated: Vec<(Row, Op)> = (0..100)
         .map(|i| ((1, Some(i % 3), "n".to_string()), Op::Insert))
         .collect();
