@@ -42,13 +42,12 @@ use datafusion::common::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int8Array};
+use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, Int8Array};
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::compute::{cast, filter_record_batch, interleave};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampNanosecondType};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
-use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::changelog::{self, Op};
@@ -57,7 +56,6 @@ use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MIN};
 use crate::metrics::JobMetrics;
 use crate::operator::{cast_columns, Operator, Output};
-use crate::operators::local_group_aggregate::{Holding, LocalGroupAggregateSpec};
 use crate::operators::windowed::WindowColumn;
 use crate::state::ttl::now_ms;
 use crate::state::{
@@ -67,7 +65,7 @@ use cache::GroupCache;
 pub(crate) use distinct::distinct_sets;
 use mini_batch::MiniBatch;
 use state::{restore_repartitioned, AggState, GroupState, Keys};
-use values::{add_sums, add_to_sum, result_column, takes};
+use values::{add_sums, result_column, takes};
 
 /// Keys a batch expires at most (the rest wait for the next batches).
 pub(crate) const EXPIRE_PER_BATCH: usize = 1024;
@@ -199,55 +197,6 @@ impl GroupAggregateSpec {
                 Ok(Some(RowConverter::new(vec![field])?))
             })
             .collect()
-    }
-
-    /// The two phases of this aggregation (Flink's local-global aggregation): a local phase
-    /// for the input's tasks, emitting partial states per group ([`partials`]), and the
-    /// final phase merging them behind the keyed exchange on their key columns. `None` when
-    /// it cannot be split: an updating input (a local phase would have to retract), a
-    /// multiset of more than 64 COUNT(DISTINCT)s, or an early-fire window column that is not
-    /// a plain group key.
-    pub fn split(&self) -> Result<Option<(LocalGroupAggregateSpec, GroupAggregateSpec)>> {
-        if self.input_updating || self.partials_of.is_some() {
-            return Ok(None);
-        }
-        if !distinct::distinct_sets(&self.aggregates)
-            .iter()
-            .all(|s| partials::fits(s.len()))
-        {
-            return Ok(None);
-        }
-        let window = match self.window {
-            None => None,
-            Some(w) => {
-                let key = self.keys.iter().position(|k| {
-                    k.downcast_ref::<Column>()
-                        .is_some_and(|c| c.index() == w.index)
-                });
-                match key {
-                    Some(index) => Some(WindowColumn { index, ..w }),
-                    None => return Ok(None),
-                }
-            }
-        };
-        let schema = partials::schema(self)?;
-        let keys = (0..self.keys.len())
-            .map(|i| Arc::new(Column::new(schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
-            .collect();
-        let local = LocalGroupAggregateSpec {
-            aggregate: self.clone(),
-            output_schema: Arc::clone(&schema),
-            holding: Holding::Adaptive,
-            description: String::new(),
-        };
-        let merged = GroupAggregateSpec {
-            input_schema: schema,
-            keys,
-            window,
-            partials_of: Some(Arc::clone(&self.input_schema)),
-            ..self.clone()
-        };
-        Ok(Some((local, merged)))
     }
 }
 
@@ -531,77 +480,6 @@ impl GroupAggregateOperator {
                 |r| rows.row(r).data(),
                 &taken,
                 signs,
-                t,
-                &keys,
-                &mut self.cache,
-                store,
-            )?;
-        }
-        Ok(())
-    }
-
-    /// Two phases: merges a batch of partial states ([`partials`]) into the groups' states.
-    fn merge_partials(
-        &mut self,
-        rel: &RecordBatch,
-        t: &mut Touched,
-        store: &dyn StateBackend,
-    ) -> Result<()> {
-        let layout = partials::Layout::new(
-            self.spec.keys.len(),
-            &self.spec.aggregates,
-            self.distinct_sets.len(),
-        );
-        let rows = partials::int64s(rel, layout.rows)?;
-        for (row, &g) in t.row_group.iter().enumerate() {
-            t.after[g].rows += rows.value(row);
-        }
-        for i in 0..self.spec.aggregates.len() {
-            if let Some(at) = layout.n[i] {
-                let n = partials::int64s(rel, at)?;
-                for (row, &g) in t.row_group.iter().enumerate() {
-                    t.after[g].aggs[i].n += n.value(row);
-                }
-            }
-            if let Some(at) = layout.sum[i] {
-                let sums = rel.column(at);
-                for (row, &g) in t.row_group.iter().enumerate() {
-                    if sums.is_valid(row) {
-                        add_to_sum(&mut t.after[g].aggs[i], sums, row, 1)?;
-                    }
-                }
-            }
-            if let Some(at) = layout.extreme[i] {
-                let values = partials::value_rows(rel, at)?;
-                for (row, &g) in t.row_group.iter().enumerate() {
-                    if !values.is_valid(row) {
-                        continue;
-                    }
-                    let value = values.value(row);
-                    let extreme = &mut t.after[g].extremes[i];
-                    if extreme.as_deref().is_none_or(|e| value < e) {
-                        *extreme = Some(value.to_vec());
-                    }
-                }
-            }
-        }
-        let keys = Keys {
-            handle: &self.handle,
-        };
-        let signs = vec![1; rel.num_rows()];
-        for (members, &(value, member_bits)) in self.distinct_sets.iter().zip(&layout.distinct) {
-            let values = partials::value_rows(rel, value)?;
-            let taken =
-                partials::members_taking(partials::int64s(rel, member_bits)?, members.len());
-            let input = distinct::DistinctInput {
-                members,
-                append_only: true,
-            };
-            distinct::accumulate(
-                &input,
-                |r| values.value(r),
-                &taken,
-                &signs,
                 t,
                 &keys,
                 &mut self.cache,

@@ -20,12 +20,22 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, BinaryArray, Int64Array};
+use datafusion::arrow::array::{Array, AsArray, BinaryArray, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
 
-use super::{distinct, GroupAggregateSpec, UpdatingAggKind, UpdatingAggregate};
+use super::state::Keys;
+use super::values::add_to_sum;
+use super::{
+    distinct, GroupAggregateOperator, GroupAggregateSpec, Touched, UpdatingAggKind,
+    UpdatingAggregate,
+};
 use crate::error::{EngineError, Result};
+use crate::operators::local_group_aggregate::{Holding, LocalGroupAggregateSpec};
+use crate::operators::windowed::WindowColumn;
+use crate::state::StateBackend;
 
 /// Where each part of a group's partial state sits in a partial row.
 #[derive(Debug, Clone)]
@@ -125,4 +135,127 @@ pub(super) fn members_taking(members: &Int64Array, width: usize) -> Vec<Vec<bool
 /// Whether a multiset of `members` aggregates fits a partial row's bitmask.
 pub(crate) fn fits(members: usize) -> bool {
     members <= 64
+}
+
+impl GroupAggregateSpec {
+    /// The two phases of this aggregation (Flink's local-global aggregation): a local phase
+    /// for the input's tasks, emitting partial states per group (this module), and the
+    /// final phase merging them behind the keyed exchange on their key columns. `None` when
+    /// it cannot be split: an updating input (a local phase would have to retract), a
+    /// multiset of more than 64 COUNT(DISTINCT)s, or an early-fire window column that is not
+    /// a plain group key.
+    pub fn split(&self) -> Result<Option<(LocalGroupAggregateSpec, GroupAggregateSpec)>> {
+        if self.input_updating || self.partials_of.is_some() {
+            return Ok(None);
+        }
+        if !distinct::distinct_sets(&self.aggregates)
+            .iter()
+            .all(|s| fits(s.len()))
+        {
+            return Ok(None);
+        }
+        let window = match self.window {
+            None => None,
+            Some(w) => {
+                let key = self.keys.iter().position(|k| {
+                    k.downcast_ref::<Column>()
+                        .is_some_and(|c| c.index() == w.index)
+                });
+                match key {
+                    Some(index) => Some(WindowColumn { index, ..w }),
+                    None => return Ok(None),
+                }
+            }
+        };
+        let schema = schema(self)?;
+        let keys = (0..self.keys.len())
+            .map(|i| Arc::new(Column::new(schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        let local = LocalGroupAggregateSpec {
+            aggregate: self.clone(),
+            output_schema: Arc::clone(&schema),
+            holding: Holding::Adaptive,
+            description: String::new(),
+        };
+        let merged = GroupAggregateSpec {
+            input_schema: schema,
+            keys,
+            window,
+            partials_of: Some(Arc::clone(&self.input_schema)),
+            ..self.clone()
+        };
+        Ok(Some((local, merged)))
+    }
+}
+
+impl GroupAggregateOperator {
+    /// Two phases: merges a batch of partial states (this module) into the groups' states.
+    pub(super) fn merge_partials(
+        &mut self,
+        rel: &RecordBatch,
+        t: &mut Touched,
+        store: &dyn StateBackend,
+    ) -> Result<()> {
+        let layout = Layout::new(
+            self.spec.keys.len(),
+            &self.spec.aggregates,
+            self.distinct_sets.len(),
+        );
+        let rows = int64s(rel, layout.rows)?;
+        for (row, &g) in t.row_group.iter().enumerate() {
+            t.after[g].rows += rows.value(row);
+        }
+        for i in 0..self.spec.aggregates.len() {
+            if let Some(at) = layout.n[i] {
+                let n = int64s(rel, at)?;
+                for (row, &g) in t.row_group.iter().enumerate() {
+                    t.after[g].aggs[i].n += n.value(row);
+                }
+            }
+            if let Some(at) = layout.sum[i] {
+                let sums = rel.column(at);
+                for (row, &g) in t.row_group.iter().enumerate() {
+                    if sums.is_valid(row) {
+                        add_to_sum(&mut t.after[g].aggs[i], sums, row, 1)?;
+                    }
+                }
+            }
+            if let Some(at) = layout.extreme[i] {
+                let values = value_rows(rel, at)?;
+                for (row, &g) in t.row_group.iter().enumerate() {
+                    if !values.is_valid(row) {
+                        continue;
+                    }
+                    let value = values.value(row);
+                    let extreme = &mut t.after[g].extremes[i];
+                    if extreme.as_deref().is_none_or(|e| value < e) {
+                        *extreme = Some(value.to_vec());
+                    }
+                }
+            }
+        }
+        let keys = Keys {
+            handle: &self.handle,
+        };
+        let signs = vec![1; rel.num_rows()];
+        for (members, &(value, member_bits)) in self.distinct_sets.iter().zip(&layout.distinct) {
+            let values = value_rows(rel, value)?;
+            let taken = members_taking(int64s(rel, member_bits)?, members.len());
+            let input = distinct::DistinctInput {
+                members,
+                append_only: true,
+            };
+            distinct::accumulate(
+                &input,
+                |r| values.value(r),
+                &taken,
+                &signs,
+                t,
+                &keys,
+                &mut self.cache,
+                store,
+            )?;
+        }
+        Ok(())
+    }
 }
