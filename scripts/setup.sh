@@ -73,7 +73,7 @@ have_chromedriver() { command -v chromedriver >/dev/null 2>&1 && chromedriver --
 VENV="${WEIR_VENV:-/var/tmp/weir-venv}"
 have_drivers() { "$VENV/bin/python" -c 'import psycopg, psycopg2' >/dev/null 2>&1; }
 TOOLS="${WEIR_TOOLS:-/var/tmp/weir-tools}"
-have_tansu() { [ -x "$TOOLS/tansu-0.6.0-weir2/bin/tansu" ]; }
+have_tansu() { [ -x "$TOOLS/tansu-0.6.0-weir3/bin/tansu" ]; }
 have_patch() { have_tansu || command -v patch >/dev/null 2>&1; }
 sqllogictest_bin() { command -v sqllogictest 2>/dev/null || ls "$HOME/.cargo/bin/sqllogictest" 2>/dev/null; }
 have_sqllogictest() { [ -n "$(sqllogictest_bin)" ] && "$(sqllogictest_bin)" --version >/dev/null 2>&1; }
@@ -88,7 +88,7 @@ if [ "$mode" = tests ] || [ "$mode" = check-tests ]; then
     "have_pg_server|postgresql|PostgreSQL server binaries (initdb, pg_ctl, postgres) for the sink tests"
     "have_psql|postgresql-client|psql for the wire tests"
     "have_python_venv|python3-venv|python3 -m venv for the psycopg tests"
-    "have_patch|patch|patch(1), to build the tests' Kafka broker with scripts/tansu/end-txn.patch"
+    "have_patch|patch|patch(1), to build the tests' Kafka broker with scripts/tansu/*.patch"
     "have_chromium|chromium|headless Chromium for the dashboard's browser test"
     "have_chromedriver|chromium-driver|chromedriver (WebDriver) for the dashboard's browser test"
   )
@@ -108,7 +108,7 @@ if [ "$mode" = check ] || [ "$mode" = check-tests ]; then
   if [ "$mode" = check-tests ]; then
     have_drivers || { echo "setup: missing: psycopg and psycopg2 in $VENV (scripts/setup.sh --tests)" >&2; fail=1; }
     have_sqllogictest || { echo "setup: missing: sqllogictest-bin (scripts/setup.sh --tests)" >&2; fail=1; }
-    have_tansu || { echo "setup: missing: tansu in $TOOLS/tansu-0.6.0-weir2 (scripts/setup.sh --tests)" >&2; fail=1; }
+    have_tansu || { echo "setup: missing: tansu in $TOOLS/tansu-0.6.0-weir3 (scripts/setup.sh --tests)" >&2; fail=1; }
   fi
   command -v cargo >/dev/null 2>&1 || { echo "setup: missing: cargo (install Rust with rustup)" >&2; fail=1; }
   [ "$fail" -eq 0 ] && echo "setup: everything needed is present" >&2
@@ -161,10 +161,11 @@ fi
 
 # The Kafka tests' broker: no Apache Kafka distribution is reachable from this machine's
 # registries; tansu 0.6.0 (crates.io) speaks the protocol, with transactions once EndTxn is
-# routed (scripts/tansu/end-txn.patch). Built once into a cached folder (about 12 minutes on
+# routed (scripts/tansu/end-txn.patch) and ListOffsets answers with offsets rather than the
+# batch written first or last (scripts/tansu/list-offsets.patch). Built once into a cached folder (about 12 minutes on
 # 2 cores): tansu's own lock file, its published sources for the two patched crates.
 if ! have_tansu; then
-  echo "setup: building tansu 0.6.0 (with scripts/tansu/end-txn.patch) into $TOOLS/tansu-0.6.0-weir2" >&2
+  echo "setup: building tansu 0.6.0 (with scripts/tansu/*.patch) into $TOOLS/tansu-0.6.0-weir3" >&2
   here="$(cd "$(dirname "$0")" && pwd)"
   work="${TMPDIR:-/tmp}/weir-tansu-build"
   rm -rf "$work"
@@ -176,12 +177,14 @@ if ! have_tansu; then
     [ -n "$archive" ] || { echo "setup: cargo fetch did not leave $crate.crate in its cache" >&2; exit 1; }
     tar -xzf "$archive" -C "$work/patched"
   done
-  patch --quiet -p1 -d "$work/patched" < "$here/tansu/end-txn.patch"
+  for fix in "$here"/tansu/*.patch; do
+    patch --quiet -p1 -d "$work/patched" < "$fix"
+  done
   (cd "$work/tansu" && CARGO_TARGET_DIR="$work/target" cargo build --release --quiet --features dynostore \
     --config "patch.crates-io.tansu-broker.path='$work/patched/tansu-broker-0.6.0'" \
     --config "patch.crates-io.tansu-storage.path='$work/patched/tansu-storage-0.6.0'")
-  mkdir -p "$TOOLS/tansu-0.6.0-weir2/bin"
-  cp "$work/target/release/tansu" "$TOOLS/tansu-0.6.0-weir2/bin/tansu"
+  mkdir -p "$TOOLS/tansu-0.6.0-weir3/bin"
+  cp "$work/target/release/tansu" "$TOOLS/tansu-0.6.0-weir3/bin/tansu"
   rm -rf "$work"
   have_tansu || { echo "setup: tansu did not install" >&2; exit 1; }
 fi

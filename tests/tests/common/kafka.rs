@@ -14,11 +14,12 @@ use weir_connectors::kafka::client::{create_topic, whole_batches, Cluster};
 use weir_connectors::kafka::producer::{OutRecord, Producer};
 
 /// The tansu binary: `$WEIR_TANSU`, else where `scripts/setup.sh --tests` builds it (tansu
-/// 0.6.0 with `scripts/tansu/end-txn.patch`; an unpatched tansu cannot end transactions).
+/// 0.6.0 with `scripts/tansu/*.patch`: an unpatched tansu cannot end transactions, and its
+/// ListOffsets(earliest) can answer past a partition's first batch).
 pub fn tansu_binary() -> PathBuf {
     let path = std::env::var_os("WEIR_TANSU")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/tmp/weir-tools/tansu-0.6.0-weir2/bin/tansu"));
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/weir-tools/tansu-0.6.0-weir3/bin/tansu"));
     assert!(
         path.is_file(),
         "the tansu broker is not at {}: run scripts/setup.sh --tests",
