@@ -11,14 +11,13 @@
 //! A malformed row fails the query with file, line and reason, unless `bad_rows = 'skip'`, in
 //! which case it is skipped and counted. The reader can resume from a recorded byte offset.
 
+mod decoders;
 pub mod format;
 pub mod records;
 
 use std::path::PathBuf;
 
-use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::record_batch::RecordBatch;
 use weir_engine::{
     EngineError, Result as EngineResult, SourceFactory, SourcePoll, SourceReader, TaskInfo,
 };
@@ -26,6 +25,7 @@ use weir_engine::{
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 use crate::rate::RateLimit;
+use decoders::{Decoder, DecoderPool};
 pub use format::FileFormat;
 pub use records::{FilePosition, RecordReader};
 
@@ -177,15 +177,30 @@ impl FileSourceFactory {
         Ok(files)
     }
 
-    /// A reader of partition `file` starting at `position`.
+    /// A reader of partition `file` starting at `position`, decoding on `threads` helper
+    /// threads (0: on its own).
     pub fn reader_at(
         &self,
         file: &std::path::Path,
         position: FilePosition,
+        threads: usize,
     ) -> EngineResult<FileReader> {
         let quote_aware = matches!(self.format, FileFormat::Csv { .. });
         let records = RecordReader::open(file, position, quote_aware)?;
         let size = std::fs::metadata(file).map(|m| m.len()).ok();
+        let decoder = Decoder {
+            table: self.table.clone(),
+            file: file.to_path_buf(),
+            format: self.format.clone(),
+            schema: self.schema.clone(),
+            bad_rows: self.bad_rows,
+        };
+        // A replay at a set rate is not bound by decoding.
+        let pool = if threads > 0 && self.rate.is_none() {
+            Some(DecoderPool::start(&decoder, threads)?)
+        } else {
+            None
+        };
         Ok(FileReader {
             file: file.to_path_buf(),
             size,
@@ -193,7 +208,11 @@ impl FileSourceFactory {
             skip_header: position.offset == 0
                 && matches!(self.format, FileFormat::Csv { header: true, .. }),
             records,
-            recs: records::Records::default(),
+            decoder,
+            pool,
+            read_all: false,
+            delivered: position,
+            spare: Vec::new(),
             skipped: 0,
             rate: RateLimit::new(self.rate),
         })
@@ -258,7 +277,8 @@ impl SourceFactory for FileSourceFactory {
                 at
             }
         };
-        Ok(Box::new(self.reader_at(file, start)?))
+        let threads = decoders::threads_for(files.len());
+        Ok(Box::new(self.reader_at(file, start, threads)?))
     }
 }
 
@@ -270,20 +290,29 @@ pub struct FileReader {
     spec: FileSourceFactory,
     skip_header: bool,
     records: RecordReader,
-    /// The records of the batch being read (its buffers kept from batch to batch).
-    recs: records::Records,
+    decoder: Decoder,
+    /// Decoder threads, when the reader has cores to spare (see `decoders`).
+    pool: Option<DecoderPool>,
+    /// Every record has been read (some may still be decoding).
+    read_all: bool,
+    /// The position after the last batch handed on: what a checkpoint records.
+    delivered: FilePosition,
+    /// Record buffers kept from batch to batch.
+    spare: Vec<records::Records>,
     skipped: u64,
     rate: RateLimit,
 }
 
 impl FileReader {
-    /// The batch of records just read (`more`: whether any were); `None` at end of file.
-    fn decode(
-        &mut self,
-        recs: &mut records::Records,
-        more: bool,
-    ) -> EngineResult<Option<RecordBatch>> {
-        if !more {
+    /// Reads the next records (at most `want` rows) into a kept buffer, the header line
+    /// taken out; `None` at the end of the file.
+    fn read(&mut self, want: usize) -> EngineResult<Option<records::Records>> {
+        // The header line is not a row: read one record more for the first batch.
+        let header = usize::from(self.skip_header);
+        let mut recs = self.spare.pop().unwrap_or_default();
+        if !self.records.next_records(want + header, &mut recs)? {
+            self.read_all = true;
+            self.spare.push(recs);
             return Ok(None);
         }
         self.rate.took(recs.len());
@@ -296,44 +325,59 @@ impl FileReader {
                 span.1 -= end;
             }
         }
-        if recs.is_empty() {
-            return Ok(Some(RecordBatch::new_empty(self.spec.schema.clone())));
-        }
-        match self
-            .spec
-            .format
-            .decode(&self.spec.schema, &recs.data, recs.len())
-        {
-            Ok(b) => Ok(Some(b)),
-            Err(_) => self.decode_slowly(recs).map(Some),
+        Ok(Some(recs))
+    }
+
+    /// Decodes on this thread (and keeps to the `rate`).
+    fn poll_in_place(&mut self) -> EngineResult<SourcePoll> {
+        loop {
+            let want = self.rate.allowance(self.spec.batch_size);
+            if want == 0 {
+                return Ok(SourcePoll::Pending);
+            }
+            let Some(recs) = self.read(want)? else {
+                return Ok(SourcePoll::Exhausted);
+            };
+            let (batch, skipped) = self.decoder.decode(&recs);
+            self.spare.push(recs);
+            self.skipped += skipped;
+            self.delivered = self.records.position();
+            let batch = batch?;
+            if batch.num_rows() > 0 {
+                return Ok(SourcePoll::Batch(batch));
+            }
         }
     }
 
-    /// Decodes records one by one: the bad ones fail the query or are skipped.
-    fn decode_slowly(&mut self, recs: &records::Records) -> EngineResult<RecordBatch> {
-        let mut good = Vec::new();
-        for i in 0..recs.len() {
-            match self
-                .spec
-                .format
-                .decode(&self.spec.schema, recs.record(i), 1)
-            {
-                Ok(b) => good.push(b),
-                Err(e) => {
-                    let (_, _, line) = recs.spans[i];
-                    if self.spec.bad_rows == BadRows::Fail {
-                        return Err(EngineError::BadInput(format!(
-                            "table {}: file '{}' line {line}: {} (set bad_rows = 'skip' to skip such rows)",
-                            self.spec.table,
-                            self.file.display(),
-                            format::describe_error(&e, &self.spec.schema)
-                        )));
-                    }
-                    self.skipped += 1;
+    /// Decodes on the pool's threads, reading ahead while they have room.
+    fn poll_pooled(&mut self) -> EngineResult<SourcePoll> {
+        loop {
+            while !self.read_all && self.pool.as_ref().is_some_and(|p| p.wants_more()) {
+                let Some(recs) = self.read(self.spec.batch_size)? else {
+                    break;
+                };
+                let position = self.records.position();
+                if let Some(pool) = self.pool.as_mut() {
+                    pool.send(recs, position)?;
                 }
             }
+            let Some(decoded) = self
+                .pool
+                .as_mut()
+                .map(|p| p.receive())
+                .transpose()?
+                .flatten()
+            else {
+                return Ok(SourcePoll::Exhausted);
+            };
+            self.spare.push(decoded.records);
+            self.skipped += decoded.skipped;
+            self.delivered = decoded.position;
+            let batch = decoded.batch?;
+            if batch.num_rows() > 0 {
+                return Ok(SourcePoll::Batch(batch));
+            }
         }
-        Ok(concat_batches(&self.spec.schema, &good)?)
     }
 }
 
@@ -365,27 +409,14 @@ impl SourceReader for FileReader {
     }
 
     fn position(&self) -> Vec<u8> {
-        encode_position(&self.file, self.records.position())
+        encode_position(&self.file, self.delivered)
     }
 
     fn poll_next(&mut self) -> EngineResult<SourcePoll> {
-        loop {
-            let want = self.rate.allowance(self.spec.batch_size);
-            if want == 0 {
-                return Ok(SourcePoll::Pending);
-            }
-            // The header line is not a row: read one record more for the first batch.
-            let header = usize::from(self.skip_header);
-            let mut recs = std::mem::take(&mut self.recs);
-            let more = self.records.next_records(want + header, &mut recs);
-            let batch = more.and_then(|more| self.decode(&mut recs, more));
-            self.recs = recs;
-            let Some(batch) = batch? else {
-                return Ok(SourcePoll::Exhausted);
-            };
-            if batch.num_rows() > 0 {
-                return Ok(SourcePoll::Batch(batch));
-            }
+        if self.pool.is_some() {
+            self.poll_pooled()
+        } else {
+            self.poll_in_place()
         }
     }
 
@@ -395,6 +426,9 @@ impl SourceReader for FileReader {
 
     fn progress(&self) -> Option<(u64, u64)> {
         let size = self.size?;
-        Some((self.records.position().offset.min(size), size))
+        Some((self.delivered.offset.min(size), size))
     }
 }
+
+#[cfg(test)]
+mod tests;
