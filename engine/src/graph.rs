@@ -91,6 +91,15 @@ pub trait SourceFactory: Send + Sync {
         None
     }
 
+    /// The same source leaving the columns `unread` (indexes in [`Self::schema`], all
+    /// nullable) as nulls because no query of the job reads them: a source that can skip
+    /// producing them (generating, decoding) returns itself so narrowed, the schema unchanged.
+    /// `None`: it produces every column.
+    fn without_columns(&self, unread: &[usize]) -> Option<Arc<dyn SourceFactory>> {
+        let _ = unread;
+        None
+    }
+
     /// A checkpoint that includes `positions` (this source's, by instance) completed. Sources
     /// that report progress elsewhere (Kafka group offsets) do it here; failures are the
     /// source's to log, never the checkpoint's.

@@ -532,3 +532,42 @@ fn window_joins_survive_kills_exactly_once() {
         );
     }
 }
+
+/// A Nexmark source leaves out (as nulls) the columns no scan and no event-time step reads;
+/// a query reading every column, or a table that keeps its late rows whole, gets them all.
+#[test]
+fn sources_produce_only_the_columns_queries_read() {
+    let explain = |ddl: &str, sql: &str| {
+        let mut s = common::session(2);
+        common::execute(&mut s, ddl).unwrap();
+        common::query_sorted(&mut s, &format!("EXPLAIN {sql}"))
+            .concat()
+            .join("\n")
+    };
+    let bid = "CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR,
+        url VARCHAR, date_time TIMESTAMP, extra VARCHAR,
+        WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND)
+        WITH (connector = 'nexmark', stream = 'bid', events = '1000')";
+    let hop = "SELECT auction, count(*) FROM HOP(bid, date_time, INTERVAL '2' SECOND,
+        INTERVAL '10' SECOND) GROUP BY auction, window_start, window_end";
+    let text = explain(bid, hop);
+    assert!(
+        text.contains("(not producing bidder, price, channel, url, extra: no query reads them)"),
+        "{text}"
+    );
+    // Two scans of one source: the union of what they read.
+    let two = "SELECT a.auction, b.price FROM bid a JOIN bid b ON a.auction = b.bidder";
+    let text = explain(bid, two);
+    assert!(
+        text.contains("(not producing channel, url, extra: no query reads them)"),
+        "{text}"
+    );
+    let text = explain(bid, "SELECT * FROM bid");
+    assert!(!text.contains("not producing"), "{text}");
+    let keeps_late = bid.replace(
+        "events = '1000'",
+        "events = '1000', late_rows = 'late_bids'",
+    );
+    let text = explain(&keeps_late, hop);
+    assert!(!text.contains("not producing"), "{text}");
+}

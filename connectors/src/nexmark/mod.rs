@@ -145,6 +145,9 @@ pub struct NexmarkSourceFactory {
     /// The table's columns: for each, the index in the stream's schema.
     pub projection: Vec<usize>,
     pub schema: SchemaRef,
+    /// The table's columns no query of the job reads (indexes in `schema`): neither
+    /// generated nor decoded, produced as nulls.
+    pub unread: Vec<usize>,
     /// The generator's configuration, derived from the options.
     events_config: Arc<EventConfig>,
     /// Pre-generated events to read instead of generating them.
@@ -239,6 +242,7 @@ impl NexmarkSourceFactory {
             partitions,
             projection,
             schema,
+            unread: Vec::new(),
             events_config: Arc::new(events_config),
             file,
         })
@@ -247,12 +251,9 @@ impl NexmarkSourceFactory {
     /// A reader that starts at the `offset`-th event of its stream and then takes every
     /// `partitions`-th one.
     pub fn reader_at(&self, offset: u64) -> NexmarkReader {
-        let generator = ArrowGenerator::new(
-            Arc::clone(&self.events_config),
-            self.stream,
-            &self.projection,
-        );
-        let decoder = self.file.as_ref().map(|f| f.decoder(&self.projection));
+        let read = self.read_projection();
+        let generator = ArrowGenerator::new(Arc::clone(&self.events_config), self.stream, &read);
+        let decoder = self.file.as_ref().map(|f| f.decoder(&read));
         NexmarkReader {
             spec: self.clone(),
             generator,
@@ -260,6 +261,18 @@ impl NexmarkSourceFactory {
             offset,
             limit: RateLimit::new(self.rate),
         }
+    }
+}
+
+impl NexmarkSourceFactory {
+    /// The stream columns produced: the table's, less the unread ones.
+    fn read_projection(&self) -> Vec<usize> {
+        self.projection
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| !self.unread.contains(d))
+            .map(|(_, &i)| i)
+            .collect()
     }
 }
 
@@ -276,10 +289,33 @@ impl SourceFactory for NexmarkSourceFactory {
             Some(f) => format!(" from {f:?}"),
             None => String::new(),
         };
+        let unread = match self.unread.as_slice() {
+            [] => String::new(),
+            columns => format!(
+                " (not producing {}: no query reads them)",
+                columns
+                    .iter()
+                    .map(|&i| self.schema.field(i).name().as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         format!(
-            "NexmarkSource: {:?} stream, {events}{partitions}{from} as {}",
+            "NexmarkSource: {:?} stream, {events}{partitions}{from} as {}{unread}",
             self.stream, self.table
         )
+    }
+
+    fn without_columns(&self, unread: &[usize]) -> Option<Arc<dyn SourceFactory>> {
+        let unread: Vec<usize> = unread
+            .iter()
+            .copied()
+            .filter(|&i| i < self.schema.fields().len() && self.schema.field(i).is_nullable())
+            .collect();
+        Some(Arc::new(Self {
+            unread,
+            ..self.clone()
+        }))
     }
 
     fn schema(&self) -> SchemaRef {
@@ -352,7 +388,29 @@ impl NexmarkReader {
             .map_err(|e| EngineError::BadInput(e.to_string()))?;
         self.offset += self.spec.partitions as u64;
         self.limit.took(batch.num_rows());
-        self.conform(batch.columns())
+        let mut read = batch.columns().iter();
+        let columns = (0..self.spec.schema.fields().len())
+            .map(|d| self.column(d, batch.num_rows(), || read.next().cloned()))
+            .collect::<EngineResult<Vec<_>>>()?;
+        self.conform(&columns)
+    }
+
+    /// Declared column `d` of a batch of `rows`: nulls if unread, else `next()` (the next
+    /// column produced).
+    fn column(
+        &self,
+        d: usize,
+        rows: usize,
+        next: impl FnOnce() -> Option<datafusion::arrow::array::ArrayRef>,
+    ) -> EngineResult<datafusion::arrow::array::ArrayRef> {
+        if self.spec.unread.contains(&d) {
+            let field = self.spec.schema.field(d);
+            return Ok(datafusion::arrow::array::new_null_array(
+                field.data_type(),
+                rows,
+            ));
+        }
+        next().ok_or_else(|| EngineError::Internal("nexmark: a column is missing".into()))
     }
 
     fn batch(&mut self, n: usize) -> EngineResult<RecordBatch> {
@@ -363,12 +421,9 @@ impl NexmarkReader {
             self.spec.events,
         );
         self.limit.took(taken);
-        let projected: Vec<_> = self
-            .spec
-            .projection
-            .iter()
-            .map(|&i| columns[i].clone())
-            .collect();
+        let projected = (0..self.spec.schema.fields().len())
+            .map(|d| self.column(d, taken, || Some(columns[self.spec.projection[d]].clone())))
+            .collect::<EngineResult<Vec<_>>>()?;
         self.conform(&projected)
     }
 

@@ -165,6 +165,21 @@ mod events_file {
         }
     }
 
+    fn task() -> weir_engine::TaskInfo {
+        weir_engine::TaskInfo {
+            job: "j".into(),
+            stage: "source t".into(),
+            instance: 0,
+            parallelism: 1,
+            metrics: std::sync::Arc::new(weir_engine::JobMetrics::default()),
+            state: weir_engine::state::StateHandle::new(
+                std::sync::Arc::new(weir_engine::state::TaskState::temporary(1 << 20)),
+                0,
+            ),
+            restored_epoch: 0,
+        }
+    }
+
     fn all(factory: &NexmarkSourceFactory, batches: Vec<RecordBatch>) -> RecordBatch {
         concat_batches(&factory.schema, &batches).unwrap()
     }
@@ -222,6 +237,66 @@ mod events_file {
                 in_order.extend(round);
             }
             assert_eq!(all(&three, in_order), want, "{name}, 3 partitions");
+        }
+    }
+
+    /// A source told that some columns go unread produces nulls there and the same values in
+    /// every other column, generated or from the events file.
+    #[test]
+    fn columns_nobody_reads_come_as_nulls_and_the_rest_unchanged() {
+        use datafusion::arrow::array::Array;
+        let dir = tempfile::tempdir().unwrap();
+        for stream in [Stream::Person, Stream::Auction, Stream::Bid] {
+            let name = stream.name();
+            let path = dir.path().join(format!("{name}.arrow"));
+            write_events_file(&path, stream, 3000, config(1_436_918_400_000, 10_000), 97).unwrap();
+            // As CREATE TABLE declares them: nullable.
+            let declared: SchemaRef = std::sync::Arc::new(Schema::new(
+                stream
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.as_ref().clone().with_nullable(true))
+                    .collect::<Vec<_>>(),
+            ));
+            let generated = source(
+                name,
+                &[("events", "3000"), ("batch_size", "97")],
+                Some(declared.clone()),
+            );
+            let from_file = source(
+                name,
+                &[("events_file", path.to_str().unwrap())],
+                Some(declared),
+            );
+            for full in [generated.unwrap(), from_file.unwrap()] {
+                let want = all(&full, drain(&full, 0));
+                let width = full.schema.fields().len();
+                // Every other column, then all but the first, then the last alone.
+                let cases: [Vec<usize>; 3] = [
+                    (0..width).step_by(2).collect(),
+                    (1..width).collect(),
+                    vec![width - 1],
+                ];
+                for unread in cases {
+                    let narrowed = full.without_columns(&unread).unwrap();
+                    let mut reader = narrowed.create(&task(), None).unwrap();
+                    let mut batches = Vec::new();
+                    while let SourcePoll::Batch(b) = reader.poll_next().unwrap() {
+                        batches.push(b);
+                    }
+                    let got = all(&full, batches);
+                    assert_eq!(got.schema(), want.schema(), "{name} {unread:?}");
+                    assert_eq!(got.num_rows(), want.num_rows(), "{name} {unread:?}");
+                    for c in 0..width {
+                        if unread.contains(&c) {
+                            assert_eq!(got.column(c).null_count(), got.num_rows(), "{name} {c}");
+                        } else {
+                            assert_eq!(got.column(c), want.column(c), "{name} {unread:?} {c}");
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -398,11 +398,15 @@ impl StreamPlanner<'_> {
         if let Some(table) = &late_rows {
             self.late.insert(self.stages.len(), table.clone());
         }
+        let factory = self
+            .unread_columns(source, def, judged, window.as_ref())
+            .and_then(|unread| def.source.without_columns(&unread))
+            .unwrap_or_else(|| Arc::clone(&def.source));
         self.stages.push(Stage {
             name: format!("source {table}"),
             parallelism: partitions,
             source: Some(SourceStage {
-                factory: Arc::clone(&def.source),
+                factory,
                 event_time: EventTimeSpec {
                     watermark,
                     window: assignment,
@@ -456,6 +460,38 @@ impl StreamPlanner<'_> {
         } else {
             partitions
         })
+    }
+
+    /// The table's columns that neither a scan of this source nor the source stage itself
+    /// (watermark, window assignment, SESSION keys) reads, for the source to leave out;
+    /// `None` when every column is needed: some scan reads them all, the table keeps its
+    /// late rows (whole), or it has a PROCTIME() column (the source's columns are then not
+    /// the table's).
+    fn unread_columns(
+        &self,
+        source: &StreamTableSource,
+        def: &crate::catalog::TableDef,
+        judged: bool,
+        window: Option<&WindowTvf>,
+    ) -> Option<Vec<usize>> {
+        if def.late_rows.is_some() || def.proctime.is_some() {
+            return None;
+        }
+        let mut read = self.read.get(&source_key(source, judged))?.clone()?;
+        if let Some(w) = &def.watermark {
+            read.extend(def.schema.index_of(&w.column).ok());
+            for c in w.expr.column_refs() {
+                read.extend(def.schema.index_of(&c.name).ok());
+            }
+        }
+        if let Some(w) = window {
+            read.insert(w.time_column);
+            read.extend(w.partition.iter().copied());
+        }
+        let unread: Vec<usize> = (0..def.schema.fields().len())
+            .filter(|i| !read.contains(i))
+            .collect();
+        (!unread.is_empty()).then_some(unread)
     }
 
     /// The window table function of a source: the source's columns, those no scan reads
