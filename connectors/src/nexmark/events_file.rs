@@ -6,6 +6,9 @@
 //! its schema metadata names the stream and the generator options it was written with. The
 //! reader maps the file into memory and decodes each batch in place (Arrow's `FileDecoder`
 //! over the mapped bytes): only the columns the table reads are touched, nothing is copied.
+//! A batch's arrays own its bytes through a guard that, when the last of them is dropped,
+//! hands the batch's pages back to the kernel, so the process keeps resident only the
+//! batches the job still holds, not every page of the file it has read.
 //! Partition `i` of `n` reads batches `i`, `i + n`, ...; each partition is in time order, as
 //! with the generator (the watermark is their minimum).
 
@@ -92,11 +95,104 @@ pub fn write_events_file(
     Ok(rows)
 }
 
+/// The mapped file and the batches whose arrays are all gone, waiting to be released.
+struct Mapping {
+    map: memmap2::Mmap,
+    released: std::sync::Mutex<Released>,
+    /// [`RELEASE_EVERY`] (smaller in tests).
+    release_every: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Default)]
+struct Released {
+    /// Byte ranges of dropped batches, not yet handed back.
+    ranges: Vec<(usize, usize)>,
+    bytes: usize,
+}
+
+/// How many bytes of dropped batches [`Mapping`] gathers before handing their pages back in
+/// one go: fewer, larger `madvise` calls (each one interrupts the other cores to flush their
+/// page tables), and adjacent batches merged so no page between them stays behind.
+const RELEASE_EVERY: usize = 64 << 20;
+
+/// What released ranges are rounded inwards to: a multiple of every page size Linux uses
+/// (4 KiB to 64 KiB), so a page shared with a batch still in use is kept.
+const RELEASE_ALIGN: usize = 64 * 1024;
+
+impl Mapping {
+    fn dropped(&self, start: usize, len: usize) {
+        let ranges = {
+            let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+            released.ranges.push((start, start + len));
+            released.bytes += len;
+            let every = self
+                .release_every
+                .load(std::sync::atomic::Ordering::Relaxed);
+            if released.bytes < every {
+                return;
+            }
+            released.bytes = 0;
+            std::mem::take(&mut released.ranges)
+        };
+        for (start, end) in merged(ranges) {
+            let start = start.div_ceil(RELEASE_ALIGN) * RELEASE_ALIGN;
+            let end = end.min(self.map.len()) / RELEASE_ALIGN * RELEASE_ALIGN;
+            if end > start {
+                // SAFETY: the mapping is a read-only view of a file nobody writes while it is
+                // read (see `EventsFile::open`), and no array points into these pages any more
+                // (their batches' guards are gone); even if one did, the kernel refills dropped
+                // pages of a file mapping from the file on the next access. An error only
+                // leaves them resident.
+                let _ = unsafe {
+                    self.map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        start,
+                        end - start,
+                    )
+                };
+            }
+        }
+    }
+}
+
+/// `ranges` sorted, with touching or overlapping ones joined.
+fn merged(mut ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match out.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => out.push((start, end)),
+        }
+    }
+    out
+}
+
+/// One batch's bytes in the mapping, owned by the arrays decoded from them: when the last of
+/// them is dropped, the batch is released (its pages leave the process, not the page cache).
+struct BatchPages {
+    mapping: Arc<Mapping>,
+    start: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for BatchPages {
+    fn as_ref(&self) -> &[u8] {
+        &self.mapping.map[self.start..self.start + self.len]
+    }
+}
+
+impl Drop for BatchPages {
+    fn drop(&mut self) {
+        self.mapping.dropped(self.start, self.len);
+    }
+}
+
 /// An events file mapped into memory: its batches, decoded on demand.
 pub struct EventsFile {
     path: PathBuf,
     /// The whole file.
-    bytes: Buffer,
+    mapping: Arc<Mapping>,
     blocks: Vec<Block>,
     schema: SchemaRef,
     version: datafusion::arrow::ipc::MetadataVersion,
@@ -122,9 +218,13 @@ impl EventsFile {
         let file = File::open(path).map_err(io(format!("cannot open '{}'", path.display())))?;
         // SAFETY: the mapping is read-only and private; the file is one weir wrote for reading
         // (as with any memory-mapped input, truncating it while a job reads it is not supported).
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .map_err(io(format!("cannot map '{}'", path.display())))?;
-        let bytes = Buffer::from(bytes::Bytes::from_owner(map));
+        let mapping = Arc::new(Mapping {
+            map: unsafe { memmap2::Mmap::map(&file) }
+                .map_err(io(format!("cannot map '{}'", path.display())))?,
+            released: Default::default(),
+            release_every: RELEASE_EVERY.into(),
+        });
+        let bytes: &[u8] = &mapping.map;
         let len = bytes.len();
         if len < 10 + 8 || &bytes[len - 6..] != b"ARROW1" {
             return Err(bad("not an Arrow IPC file".into()));
@@ -170,12 +270,26 @@ impl EventsFile {
             .ok_or_else(|| bad("no event count in its metadata".into()))?;
         Ok(Self {
             path: path.to_path_buf(),
-            bytes,
+            mapping,
             blocks,
             schema,
             version,
             events,
         })
+    }
+
+    /// Gathers `bytes` of dropped batches before releasing them (tests).
+    #[cfg(test)]
+    pub(crate) fn release_every(&self, bytes: usize) {
+        self.mapping
+            .release_every
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Where the file is mapped (tests find the mapping in /proc/self/smaps).
+    #[cfg(test)]
+    pub(crate) fn mapped_at(&self) -> usize {
+        self.mapping.map.as_ptr() as usize
     }
 
     pub fn batches(&self) -> usize {
@@ -191,7 +305,21 @@ impl EventsFile {
     pub fn batch(&self, decoder: &FileDecoder, index: usize) -> Result<RecordBatch> {
         let block = &self.blocks[index];
         let len = block.bodyLength() as usize + block.metaDataLength() as usize;
-        let data = self.bytes.slice_with_length(block.offset() as usize, len);
+        let start = block.offset() as usize;
+        if start
+            .checked_add(len)
+            .is_none_or(|end| end > self.mapping.map.len())
+        {
+            return Err(ConnectorError::Schema(format!(
+                "events_file '{}': batch {index} lies past the file's end",
+                self.path.display()
+            )));
+        }
+        let data = Buffer::from(bytes::Bytes::from_owner(BatchPages {
+            mapping: self.mapping.clone(),
+            start,
+            len,
+        }));
         decoder
             .read_record_batch(block, &data)
             .map_err(arrow)?

@@ -240,6 +240,62 @@ mod events_file {
         }
     }
 
+    /// Resident kilobytes of the mapping that starts at `address` (/proc/self/smaps).
+    fn resident_kb(address: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut lines = smaps.lines();
+        let start = format!("{address:x}-");
+        lines
+            .by_ref()
+            .find(|l| l.starts_with(&start))
+            .expect("the mapping is listed");
+        lines
+            .find_map(|l| l.strip_prefix("Rss:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("an Rss line")
+    }
+
+    /// Batches whose arrays are all dropped leave the process's resident pages; batches still
+    /// held (whole or a slice) read the same bytes after the pages around them were released.
+    #[test]
+    fn dropped_batches_leave_memory_and_held_ones_read_the_same() {
+        use super::super::EventsFile;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bid.arrow");
+        write_events_file(
+            &path,
+            Stream::Bid,
+            40_000,
+            config(1_436_918_400_000, 10_000),
+            1000,
+        )
+        .unwrap();
+        let size_kb = std::fs::metadata(&path).unwrap().len() / 1024;
+        let released = EventsFile::open(&path, Stream::Bid).unwrap();
+        released.release_every(256 << 10);
+        let kept = EventsFile::open(&path, Stream::Bid).unwrap();
+        let all: Vec<usize> = (0..Stream::Bid.schema().fields().len()).collect();
+        let (d1, d2) = (released.decoder(&all), kept.decoder(&all));
+        let n = released.batches();
+        assert!(n > 20, "{n} batches");
+        let first = released.batch(&d1, 0).unwrap();
+        let slice = released.batch(&d1, n / 2).unwrap().slice(10, 20);
+        for i in 0..n {
+            let batch = released.batch(&d1, i).unwrap();
+            assert_eq!(batch, kept.batch(&d2, i).unwrap(), "batch {i}");
+        }
+        // Every page of both mappings was read; the released file keeps about the two held
+        // batches (and what waits to be released), the other all of them.
+        let (low, high) = (
+            resident_kb(released.mapped_at()),
+            resident_kb(kept.mapped_at()),
+        );
+        assert!(high > size_kb * 9 / 10, "{high} of {size_kb} KB");
+        assert!(low < size_kb / 3, "{low} of {size_kb} KB still resident");
+        assert_eq!(first, kept.batch(&d2, 0).unwrap());
+        assert_eq!(slice, kept.batch(&d2, n / 2).unwrap().slice(10, 20));
+    }
+
     /// A source told that some columns go unread produces nulls there and the same values in
     /// every other column, generated or from the events file.
     #[test]
