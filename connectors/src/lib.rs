@@ -10,6 +10,7 @@ pub mod kafka;
 pub mod nexmark;
 pub mod options;
 pub mod pg_types;
+pub mod projection;
 pub mod quote;
 pub mod rate;
 pub mod redact;

@@ -36,6 +36,8 @@ pub(super) struct Decoder {
     pub format: FileFormat,
     pub schema: SchemaRef,
     pub bad_rows: BadRows,
+    /// Columns not decoded (nulls).
+    pub unread: Vec<usize>,
 }
 
 impl Decoder {
@@ -45,7 +47,10 @@ impl Decoder {
         if recs.is_empty() {
             return (Ok(RecordBatch::new_empty(self.schema.clone())), 0);
         }
-        match self.format.decode(&self.schema, &recs.data, recs.len()) {
+        match self
+            .format
+            .decode_columns(&self.schema, &recs.data, recs.len(), &self.unread)
+        {
             Ok(batch) => (Ok(batch), 0),
             Err(_) => self.decode_slowly(recs),
         }
@@ -56,7 +61,10 @@ impl Decoder {
         let mut good = Vec::new();
         let mut skipped = 0;
         for i in 0..recs.len() {
-            match self.format.decode(&self.schema, recs.record(i), 1) {
+            match self
+                .format
+                .decode_columns(&self.schema, recs.record(i), 1, &self.unread)
+            {
                 Ok(b) => good.push(b),
                 Err(e) => {
                     let (_, _, line) = recs.spans[i];

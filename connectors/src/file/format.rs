@@ -1,6 +1,9 @@
 //! Turning records into Arrow batches: CSV and JSON lines, through arrow's own decoders. When a
 //! batch fails to decode, its records are decoded one by one to find which line is bad.
 
+use std::sync::Arc;
+
+use datafusion::arrow::array::new_null_array;
 use datafusion::arrow::csv;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::error::ArrowError;
@@ -29,14 +32,46 @@ impl FileFormat {
         data: &[u8],
         rows: usize,
     ) -> Result<RecordBatch, ArrowError> {
+        self.decode_columns(schema, data, rows, &[])
+    }
+
+    /// Decodes whole records into one batch of `schema`, leaving out the columns `unread`
+    /// (indexes into `schema`, nullable ones): they come out as nulls, and their values are
+    /// not parsed (a CSV record still needs all its fields), so a value that does not fit its
+    /// type there is not an error. This is a projection pushed into the decoder, as
+    /// DataFusion's and Flink's CSV and JSON readers take one.
+    pub fn decode_columns(
+        &self,
+        schema: &SchemaRef,
+        data: &[u8],
+        rows: usize,
+        unread: &[usize],
+    ) -> Result<RecordBatch, ArrowError> {
         let batch_size = rows.max(1);
+        let mut read: Vec<usize> = (0..schema.fields().len())
+            .filter(|i| !unread.contains(i))
+            .collect();
+        // Rows of no columns (`count(*)`): one is decoded to check and count them, and left
+        // out all the same.
+        if read.is_empty() && !schema.fields().is_empty() {
+            read.push(0);
+        }
+        let projected = read.len() < schema.fields().len();
+        let read_schema: SchemaRef = if projected {
+            Arc::new(schema.project(&read)?)
+        } else {
+            schema.clone()
+        };
         let batch = match self {
             FileFormat::Csv { delimiter, .. } => {
-                let mut decoder = csv::ReaderBuilder::new(schema.clone())
+                let mut builder = csv::ReaderBuilder::new(schema.clone())
                     .with_header(false)
                     .with_delimiter(*delimiter)
-                    .with_batch_size(batch_size)
-                    .build_decoder();
+                    .with_batch_size(batch_size);
+                if projected {
+                    builder = builder.with_projection(read.clone());
+                }
+                let mut decoder = builder.build_decoder();
                 let mut rest = data;
                 while !rest.is_empty() {
                     let n = decoder.decode(rest)?;
@@ -48,7 +83,8 @@ impl FileFormat {
                 decoder.flush()?
             }
             FileFormat::Json => {
-                let mut decoder = json::ReaderBuilder::new(schema.clone())
+                // Fields the schema does not name are passed over, not parsed.
+                let mut decoder = json::ReaderBuilder::new(read_schema.clone())
                     .with_batch_size(batch_size)
                     .build_decoder()?;
                 let mut rest = data;
@@ -62,14 +98,31 @@ impl FileFormat {
                 decoder.flush()?
             }
         };
-        let batch = batch.unwrap_or_else(|| RecordBatch::new_empty(schema.clone()));
+        let batch = batch.unwrap_or_else(|| RecordBatch::new_empty(read_schema.clone()));
         if batch.num_rows() != rows {
             return Err(ArrowError::ParseError(format!(
                 "expected {rows} rows, decoded {}",
                 batch.num_rows()
             )));
         }
-        Ok(batch)
+        if !projected {
+            return Ok(batch);
+        }
+        let mut decoded = batch.columns().iter();
+        let columns = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, field)| match read.contains(&i) {
+                true if !unread.contains(&i) => decoded.next().cloned(),
+                true => decoded
+                    .next()
+                    .map(|_| new_null_array(field.data_type(), rows)),
+                false => Some(new_null_array(field.data_type(), rows)),
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ArrowError::SchemaError("a decoded column is missing".into()))?;
+        RecordBatch::try_new(schema.clone(), columns)
     }
 }
 
@@ -163,7 +216,6 @@ fn shorten_quoted(msg: &str) -> String {
 mod tests {
     use super::*;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    use std::sync::Arc;
 
     #[test]
     fn bad_records_are_described_by_column_name_and_without_huge_values() {

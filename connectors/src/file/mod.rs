@@ -10,6 +10,11 @@
 //!
 //! A malformed row fails the query with file, line and reason, unless `bad_rows = 'skip'`, in
 //! which case it is skipped and counted. The reader can resume from a recorded byte offset.
+//!
+//! Columns no query of the job reads are not decoded (the planner tells the source, see
+//! [`SourceFactory::without_columns`]): they come out as nulls and their values are not
+//! parsed, so a value there that does not fit its column's type is not a malformed row (a
+//! CSV record still needs all its fields). EXPLAIN names the columns left out.
 
 mod decoders;
 pub mod format;
@@ -62,6 +67,8 @@ pub struct FileSourceFactory {
     /// Replay speed: at most this many rows per second per partition (`None`: as fast as
     /// possible).
     pub rate: Option<u64>,
+    /// Columns left out (nulls), because no query reads them.
+    pub unread: Vec<usize>,
 }
 
 impl FileSourceFactory {
@@ -136,6 +143,7 @@ impl FileSourceFactory {
             bad_rows,
             batch_size,
             rate,
+            unread: Vec::new(),
         })
     }
 
@@ -194,6 +202,7 @@ impl FileSourceFactory {
             format: self.format.clone(),
             schema: self.schema.clone(),
             bad_rows: self.bad_rows,
+            unread: self.unread.clone(),
         };
         // A replay at a set rate is not bound by decoding.
         let pool = if threads > 0 && self.rate.is_none() {
@@ -222,11 +231,19 @@ impl FileSourceFactory {
 impl SourceFactory for FileSourceFactory {
     fn describe(&self) -> String {
         format!(
-            "FileSource: {} ({}) as {}",
+            "FileSource: {} ({}) as {}{}",
             self.path.display(),
             self.format.name(),
-            self.table
+            self.table,
+            crate::projection::describe_unread(&self.schema, &self.unread)
         )
+    }
+
+    fn without_columns(&self, unread: &[usize]) -> Option<std::sync::Arc<dyn SourceFactory>> {
+        Some(std::sync::Arc::new(Self {
+            unread: crate::projection::nullable_unread(&self.schema, unread),
+            ..self.clone()
+        }))
     }
 
     fn schema(&self) -> SchemaRef {

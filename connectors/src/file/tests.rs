@@ -20,6 +20,7 @@ fn factory(path: &std::path::Path, format: FileFormat, bad_rows: BadRows) -> Fil
         bad_rows,
         batch_size: 7,
         rate: None,
+        unread: Vec::new(),
     }
 }
 
@@ -137,4 +138,128 @@ fn decoder_threads_read_json_lines_too() {
     let (pooled, _) = read_from(&f, FilePosition::START, 2).unwrap();
     assert_eq!(rows(&f, &alone).num_rows(), 100);
     assert_eq!(pooled, alone);
+}
+
+/// `batch` with the columns `unread` replaced by nulls.
+fn nulled(batch: &RecordBatch, unread: &[usize]) -> RecordBatch {
+    let columns = (0..batch.num_columns())
+        .map(|i| match unread.contains(&i) {
+            true => datafusion::arrow::array::new_null_array(
+                batch.schema().field(i).data_type(),
+                batch.num_rows(),
+            ),
+            false => batch.column(i).clone(),
+        })
+        .collect();
+    RecordBatch::try_new(batch.schema(), columns).unwrap()
+}
+
+/// A source told which columns no query reads decodes the others exactly as before and gives
+/// nulls there, for every subset of columns, CSV and JSON, in place and on decoder threads;
+/// a bad value in a column left out is no longer a bad row, one in a read column still is.
+#[test]
+fn columns_nobody_reads_are_not_decoded_and_come_as_nulls() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("price", DataType::Float64, true),
+        Field::new(
+            "ts",
+            DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Millisecond, None),
+            true,
+        ),
+    ]));
+    let (mut csv, mut json) = (String::from("id,name,price,ts\n"), String::new());
+    for i in 0..200 {
+        let ts = format!("2024-01-01T00:00:{:02}", i % 60);
+        csv.push_str(&format!("{i},\"n,{i}\",{}.5,{ts}\n", i * 3));
+        json.push_str(&format!(
+            "{{\"id\": {i}, \"name\": \"n{i}\", \"price\": {}.5, \"ts\": \"{ts}\"}}\n",
+            i * 3
+        ));
+    }
+    let formats = [
+        (
+            "t.csv",
+            csv,
+            FileFormat::Csv {
+                header: true,
+                delimiter: b',',
+            },
+        ),
+        ("t.json", json, FileFormat::Json),
+    ];
+    for (name, text, format) in formats {
+        let path = dir.path().join(name);
+        std::fs::write(&path, &text).unwrap();
+        let mut full = factory(&path, format.clone(), BadRows::Fail);
+        full.schema = schema.clone();
+        let (all, _) = read_from(&full, FilePosition::START, 0).unwrap();
+        let all = rows(&full, &all);
+        assert_eq!(all.num_rows(), 200, "{name}");
+        for mask in 1..16u32 {
+            let unread: Vec<usize> = (0..4).filter(|i| mask & (1 << i) != 0).collect();
+            let narrowed = full.without_columns(&unread).unwrap();
+            assert!(
+                narrowed.describe().contains("(not producing "),
+                "{}",
+                narrowed.describe()
+            );
+            let f = FileSourceFactory {
+                unread: unread.clone(),
+                ..full.clone()
+            };
+            for threads in [0, 2] {
+                let (got, _) = read_from(&f, FilePosition::START, threads).unwrap();
+                assert_eq!(
+                    rows(&f, &got),
+                    nulled(&all, &unread),
+                    "{name}, unread {unread:?}, {threads} threads"
+                );
+            }
+        }
+        // Row 3's price is not a number: a bad row only where price is read.
+        let bad = match format {
+            FileFormat::Csv { .. } => text.replacen("3,\"n,3\",9.5", "3,\"n,3\",nine", 1),
+            FileFormat::Json => text.replacen("\"price\": 9.5", "\"price\": \"nine\"", 1),
+        };
+        assert_ne!(bad, text, "{name}");
+        std::fs::write(&path, &bad).unwrap();
+        let e = read_from(&full, FilePosition::START, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("price"), "{name}: {e}");
+        let without_price = FileSourceFactory {
+            unread: vec![2],
+            ..full.clone()
+        };
+        let (got, skipped) = read_from(&without_price, FilePosition::START, 0).unwrap();
+        assert_eq!((rows(&without_price, &got).num_rows(), skipped), (200, 0));
+        let without_name = FileSourceFactory {
+            unread: vec![1],
+            ..full.clone()
+        };
+        let e = read_from(&without_name, FilePosition::START, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("price") && e.contains("line "), "{name}: {e}");
+    }
+    // A CSV record still needs all its fields, whichever are read.
+    let path = dir.path().join("short.csv");
+    std::fs::write(&path, "1,a,2.5,2024-01-01T00:00:00\n2,b\n").unwrap();
+    let mut f = factory(
+        &path,
+        FileFormat::Csv {
+            header: false,
+            delimiter: b',',
+        },
+        BadRows::Fail,
+    );
+    f.schema = schema;
+    f.unread = vec![2, 3];
+    let e = read_from(&f, FilePosition::START, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 2") && e.contains("fields"), "{e}");
 }

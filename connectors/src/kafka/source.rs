@@ -325,11 +325,30 @@ impl SourceFactory for KafkaSourceFactory {
             }
         };
         format!(
-            "KafkaSource: {topics} at {} ({}) as {}",
+            "KafkaSource: {topics} at {} ({}) as {}{}",
             self.config.bootstrap_servers,
             self.layout.format.name(),
-            self.table
+            self.table,
+            crate::projection::describe_unread(&self.layout.schema, &self.layout.unread)
         )
+    }
+
+    fn without_columns(&self, unread: &[usize]) -> Option<Arc<dyn SourceFactory>> {
+        Some(Arc::new(Self {
+            table: self.table.clone(),
+            config: self.config.clone(),
+            subscription: Arc::clone(&self.subscription),
+            layout: self.layout.without_columns(unread),
+            startup: self.startup,
+            group_id: self.group_id.clone(),
+            bad_rows: self.bad_rows,
+            batch_size: self.batch_size,
+            idle_timeout: self.idle_timeout,
+            discovery: self.discovery,
+            stop_at_end: self.stop_at_end,
+            rate: self.rate,
+            group_client: Mutex::new(None),
+        }))
     }
 
     fn is_bounded(&self) -> bool {

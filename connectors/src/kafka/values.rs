@@ -90,6 +90,10 @@ pub struct RowLayout {
     /// Per table column: `Ok(i)` value column i, `Err(meta)` a metadata field.
     sources: Vec<std::result::Result<usize, Meta>>,
     pub format: ValueFormat,
+    /// Table columns filled from the value that no query reads: not decoded, nulls.
+    pub unread: Vec<usize>,
+    /// The same as indexes of `value_schema`.
+    unread_values: Vec<usize>,
 }
 
 impl RowLayout {
@@ -189,7 +193,30 @@ impl RowLayout {
             value_schema: Arc::new(Schema::new(value_fields)),
             sources,
             format,
+            unread: Vec::new(),
+            unread_values: Vec::new(),
         })
+    }
+
+    /// This layout leaving out the value columns among `unread` (table columns no query
+    /// reads; nullable ones): a JSON or CSV value's fields there are not parsed, and a value
+    /// that does not fit such a column's type is not a bad record. A raw value is always
+    /// checked (a VARCHAR one must be UTF-8), and metadata columns cost nothing to fill.
+    pub fn without_columns(&self, unread: &[usize]) -> Self {
+        let mut out = self.clone();
+        if self.format == ValueFormat::Raw {
+            return out;
+        }
+        out.unread = crate::projection::nullable_unread(&self.schema, unread)
+            .into_iter()
+            .filter(|&i| self.sources[i].is_ok())
+            .collect();
+        out.unread_values = out
+            .unread
+            .iter()
+            .filter_map(|&i| self.sources[i].ok())
+            .collect();
+        out
     }
 
     /// The rows of `records` (all of one partition) as one batch. A value that does not
@@ -290,7 +317,9 @@ impl RowLayout {
             joined.extend_from_slice(line(i));
             joined.push(b'\n');
         }
-        if let Ok(batch) = format.decode(&self.value_schema, &joined, present.len()) {
+        let unread = &self.unread_values;
+        if let Ok(batch) = format.decode_columns(&self.value_schema, &joined, present.len(), unread)
+        {
             return Ok((batch, present));
         }
         // Something in there is bad: decode one by one to find it.
@@ -299,7 +328,7 @@ impl RowLayout {
         for &i in &present {
             let mut one = line(i).to_vec();
             one.push(b'\n');
-            match format.decode(&self.value_schema, &one, 1) {
+            match format.decode_columns(&self.value_schema, &one, 1, unread) {
                 Ok(b) => {
                     good.push(b);
                     kept.push(i);
@@ -383,6 +412,7 @@ fn meta_column(
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use datafusion::arrow::array::Array;
     use datafusion::arrow::util::pretty::pretty_format_batches;
 
     fn record(offset: i64, value: Option<&str>) -> FetchedRecord {
@@ -436,6 +466,70 @@ mod tests {
             text.contains("| 2       | 6            | 20    | 2023-11-14T22:13:20.006 | k6 |"),
             "{text}"
         );
+    }
+
+    /// Value columns no query reads are nulls and not parsed (JSON and CSV), the rest and the
+    /// metadata columns as before; a raw value is checked whatever is read.
+    #[test]
+    fn value_columns_nobody_reads_are_not_decoded() {
+        let csv_schema = Arc::new(Schema::new(vec![
+            Field::new("auction", DataType::Int64, true),
+            Field::new("kafka_offset", DataType::Int64, true),
+            Field::new("price", DataType::Int64, true),
+        ]));
+        for (format, table_schema, values) in [
+            (
+                ValueFormat::Json,
+                schema(),
+                [
+                    "{\"auction\": 1, \"price\": 10, \"ts\": \"2024-01-01T00:00:00\"}",
+                    "{\"auction\": 2, \"price\": \"ten\", \"ts\": \"2024-01-01T00:00:01\"}",
+                ],
+            ),
+            (
+                ValueFormat::Csv { delimiter: b',' },
+                csv_schema,
+                ["1,10", "2,ten"],
+            ),
+        ] {
+            let include = match format {
+                ValueFormat::Json => "offset, key AS k",
+                _ => "offset",
+            };
+            let layout = RowLayout::new("bids", table_schema, Some(include), format).unwrap();
+            let records = vec![record(5, Some(values[0])), record(6, Some(values[1]))];
+            let mut skipped = 0;
+            // Record 6's price is not a number: bad while price is read.
+            let err = layout
+                .decode("bids", "t", 0, &records, BadRows::Fail, &mut skipped)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("offset 6") && err.contains("price"), "{err}");
+            let price = layout.schema.index_of("price").unwrap();
+            let narrowed = layout.without_columns(&[price, 1]);
+            // The metadata column (1) is filled all the same.
+            assert_eq!(narrowed.unread, vec![price]);
+            let batch = narrowed
+                .decode("bids", "t", 0, &records, BadRows::Fail, &mut skipped)
+                .unwrap();
+            assert_eq!(skipped, 0);
+            assert_eq!(batch.schema(), layout.schema);
+            assert_eq!(batch.column(price).null_count(), 2);
+            let whole = layout
+                .decode("bids", "t", 0, &records[..1], BadRows::Fail, &mut skipped)
+                .unwrap();
+            let first = batch.slice(0, 1);
+            for i in (0..batch.num_columns()).filter(|&i| i != price) {
+                assert_eq!(first.column(i), whole.column(i), "column {i}");
+            }
+            assert_eq!(
+                batch.column(0).as_ref(),
+                &Int64Array::from(vec![1, 2]) as &dyn Array
+            );
+        }
+        let raw_schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Utf8, true)]));
+        let raw = RowLayout::new("r", raw_schema, None, ValueFormat::Raw).unwrap();
+        assert!(raw.without_columns(&[0]).unread.is_empty());
     }
 
     #[test]

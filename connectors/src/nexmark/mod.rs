@@ -289,17 +289,7 @@ impl SourceFactory for NexmarkSourceFactory {
             Some(f) => format!(" from {f:?}"),
             None => String::new(),
         };
-        let unread = match self.unread.as_slice() {
-            [] => String::new(),
-            columns => format!(
-                " (not producing {}: no query reads them)",
-                columns
-                    .iter()
-                    .map(|&i| self.schema.field(i).name().as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
+        let unread = crate::projection::describe_unread(&self.schema, &self.unread);
         format!(
             "NexmarkSource: {:?} stream, {events}{partitions}{from} as {}{unread}",
             self.stream, self.table
@@ -307,11 +297,7 @@ impl SourceFactory for NexmarkSourceFactory {
     }
 
     fn without_columns(&self, unread: &[usize]) -> Option<Arc<dyn SourceFactory>> {
-        let unread: Vec<usize> = unread
-            .iter()
-            .copied()
-            .filter(|&i| i < self.schema.fields().len() && self.schema.field(i).is_nullable())
-            .collect();
+        let unread = crate::projection::nullable_unread(&self.schema, unread);
         Some(Arc::new(Self {
             unread,
             ..self.clone()
