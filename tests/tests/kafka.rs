@@ -293,28 +293,38 @@ fn bad_kafka_options_give_clear_errors() {
 fn a_topic_reads_back_with_its_metadata() {
     let broker = Broker::start();
     broker.create_topic("plain", 2);
-    let rows0: Vec<String> = (0..1000).map(|i| format!("{{\"n\": {i}}}")).collect();
-    let rows1: Vec<String> = (1000..1500).map(|i| format!("{{\"n\": {i}}}")).collect();
+    // Every 100th record's `extra` is not a number: a bad record only for a query reading it.
+    let row = |i: i32| match i % 100 {
+        7 => format!("{{\"n\": {i}, \"extra\": \"many\"}}"),
+        _ => format!("{{\"n\": {i}, \"extra\": {i}}}"),
+    };
+    let rows0: Vec<String> = (0..1000).map(row).collect();
+    let rows1: Vec<String> = (1000..1500).map(row).collect();
     broker.produce("plain", 0, &rows0);
     broker.produce("plain", 1, &rows1);
     let work = tempfile::tempdir().unwrap();
     let path = work.path().join("read.sql");
-    std::fs::write(
-        &path,
-        format!(
-            "CREATE TABLE plain (n BIGINT, kafka_partition INT, kafka_offset BIGINT)
-             WITH (connector = 'kafka', topic = 'plain', bootstrap_servers = '{}',
-                   stop_at = 'end', include = 'partition, offset');
-             SELECT count(*) AS rows, sum(n) AS total, count(DISTINCT kafka_partition) AS parts,
-                    max(kafka_offset) AS top FROM plain;",
-            broker.bootstrap()
-        ),
-    )
-    .unwrap();
-    let out = std::process::Command::new(common::process::weir_binary())
-        .args(["-f", path.to_str().unwrap(), "--format", "csv"])
-        .output()
+    let run = |query: &str| {
+        std::fs::write(
+            &path,
+            format!(
+                "CREATE TABLE plain (n BIGINT, extra BIGINT, kafka_partition INT,
+                                     kafka_offset BIGINT)
+                 WITH (connector = 'kafka', topic = 'plain', bootstrap_servers = '{}',
+                       stop_at = 'end', include = 'partition, offset');
+                 {query}",
+                broker.bootstrap()
+            ),
+        )
         .unwrap();
+        std::process::Command::new(common::process::weir_binary())
+            .args(["-f", path.to_str().unwrap(), "--format", "csv"])
+            .output()
+            .unwrap()
+    };
+    let query = "SELECT count(*) AS rows, sum(n) AS total, count(DISTINCT kafka_partition) AS \
+                 parts, max(kafka_offset) AS top FROM plain;";
+    let out = run(query);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -325,6 +335,21 @@ fn a_topic_reads_back_with_its_metadata() {
     assert_eq!(
         stdout.trim(),
         format!("rows,total,parts,top\n1500,{total},2,999")
+    );
+    // `extra` is left out of that query's source (not parsed), so its bad values did not
+    // matter; a query that reads it fails on the first, naming where it is.
+    let out = run(&format!("EXPLAIN {query}"));
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        plan.contains("as plain (not producing extra: no query reads them)"),
+        "{plan}"
+    );
+    let out = run("SELECT sum(extra) FROM plain;");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("topic 'plain' partition") && stderr.contains("offset 7"),
+        "{stderr}"
     );
 }
 
