@@ -22,7 +22,7 @@ use crate::error::{EngineError, Result};
 use crate::graph::JobGraph;
 use crate::message::Message;
 use crate::metrics::{JobMetrics, MetricsSnapshot};
-use crate::state::{RestoreSet, RocksDbStateBackend, StateBackend, TaskState};
+use crate::state::{is_part_file, RestoreSet, RocksDbStateBackend, StateBackend, TaskState};
 
 pub use chain::Chain;
 pub use input_gate::{GateEvent, InputGate};
@@ -312,8 +312,9 @@ fn link_copy(from: &Path, to: &Path) -> Result<()> {
         let entry = entry.map_err(|e| io("cannot read", from, e))?;
         let src = entry.path();
         let dst = to.join(entry.file_name());
-        let linked =
-            src.extension().is_some_and(|e| e == "sst") && std::fs::hard_link(&src, &dst).is_ok();
+        // Part files are immutable too: the working store appends to files of later epochs.
+        let immutable = src.extension().is_some_and(|e| e == "sst") || is_part_file(&src);
+        let linked = immutable && std::fs::hard_link(&src, &dst).is_ok();
         if !linked {
             std::fs::copy(&src, &dst).map_err(|e| io("cannot copy", &src, e))?;
         }

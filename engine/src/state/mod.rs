@@ -14,13 +14,15 @@ mod chunked;
 mod handle;
 mod ipc;
 mod keys;
+mod parts;
 mod rescale;
 pub mod ttl;
 
 pub use chunked::ChunkedWrites;
 pub use handle::{RestoreSet, StateHandle, TaskState};
-pub use ipc::{decode_batch, encode_batch};
+pub use ipc::{decode_batch, decode_batches, encode_batch, encode_batches_to};
 pub use keys::{add_counters, count_of, just_after, prefix_end};
+pub use parts::{is_part_file, PartFiles, PartRef};
 pub use rescale::copy_routed;
 pub use ttl::KeyExpiry;
 
@@ -58,8 +60,12 @@ pub trait StateBackend: Send + Sync {
             .map(|(start, end)| self.scan_first(start, end, limit))
             .collect()
     }
-    /// Writes a consistent copy of the whole store to `dir` (which must not exist yet).
+    /// Writes a consistent copy of the whole store to `dir` (which must not exist yet), with
+    /// the part files its entries refer to.
     fn checkpoint_to(&self, dir: &Path) -> Result<()>;
+    /// Large values kept beside the store, referred to by small entries in it
+    /// ([`PartFiles`]: window parts).
+    fn parts(&self) -> &PartFiles;
 }
 
 /// Entries read from a store, in key order.
@@ -80,6 +86,7 @@ pub struct WriteBatch {
 #[derive(Debug, Default)]
 pub struct MemoryStateBackend {
     map: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+    parts: PartFiles,
 }
 
 impl MemoryStateBackend {
@@ -88,6 +95,7 @@ impl MemoryStateBackend {
     pub fn copy(&self) -> Result<Self> {
         Ok(Self {
             map: Mutex::new(self.map()?.clone()),
+            parts: self.parts.copy()?,
         })
     }
 
@@ -157,6 +165,10 @@ impl StateBackend for MemoryStateBackend {
             "the in-memory state store cannot write a checkpoint to '{}'",
             dir.display()
         )))
+    }
+
+    fn parts(&self) -> &PartFiles {
+        &self.parts
     }
 }
 

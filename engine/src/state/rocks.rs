@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use rocksdb::checkpoint::Checkpoint;
 use rocksdb::{IteratorMode, Options, ReadOptions, WriteBatch as RocksBatch, WriteOptions, DB};
 
-use super::{Entries, StateBackend, WriteBatch};
+use super::{Entries, PartFiles, StateBackend, WriteBatch};
 use crate::error::{EngineError, Result};
 
 /// The merge operator of [`WriteBatch::adds`] (its name is recorded in the store's options).
@@ -68,6 +68,8 @@ pub struct RocksDbStateBackend {
     path: PathBuf,
     /// Writes skip the write-ahead log (a task's working store: see [`Self::open_working`]).
     writes: WriteOptions,
+    /// Window parts, in files in the store's directory.
+    parts: PartFiles,
 }
 
 impl RocksDbStateBackend {
@@ -122,6 +124,7 @@ impl RocksDbStateBackend {
             db,
             path: path.to_path_buf(),
             writes,
+            parts: PartFiles::in_dir(path)?,
         })
     }
 
@@ -173,6 +176,7 @@ impl RocksDbStateBackend {
             db,
             path: path.to_path_buf(),
             writes: WriteOptions::default(),
+            parts: PartFiles::read_only(path)?,
         })
     }
 }
@@ -306,7 +310,12 @@ impl StateBackend for RocksDbStateBackend {
             .map_err(|e| state_error("cannot checkpoint state store", &self.path, e))?;
         checkpoint
             .create_checkpoint(dir)
-            .map_err(|e| state_error("cannot write state checkpoint", dir, e))
+            .map_err(|e| state_error("cannot write state checkpoint", dir, e))?;
+        self.parts.link_into(dir)
+    }
+
+    fn parts(&self) -> &PartFiles {
+        &self.parts
     }
 }
 

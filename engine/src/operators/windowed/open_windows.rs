@@ -31,10 +31,10 @@ pub trait WindowContents {
     /// Bytes held in memory.
     fn bytes(&self) -> usize;
 
-    /// For contents that only grow: what was added since the last call, as one part (`None`
-    /// inside when nothing was), the contents kept as they are. `None`: these contents move to
-    /// the store at a barrier instead.
-    fn unsaved_part(&mut self, _schema: &SchemaRef) -> Option<Result<Option<RecordBatch>>> {
+    /// For contents that only grow: the batches added since the last call (empty when none
+    /// were), the contents kept as they are. `None`: these contents move to the store at a
+    /// barrier instead.
+    fn unsaved_part(&mut self) -> Option<Vec<RecordBatch>> {
         None
     }
 }
@@ -82,16 +82,10 @@ impl WindowContents for BufferedRows {
         self.bytes
     }
 
-    fn unsaved_part(&mut self, schema: &SchemaRef) -> Option<Result<Option<RecordBatch>>> {
-        let unsaved = &self.batches[self.saved..];
+    fn unsaved_part(&mut self) -> Option<Vec<RecordBatch>> {
+        let unsaved = self.batches[self.saved..].to_vec();
         self.saved = self.batches.len();
-        Some(match unsaved.len() {
-            0 => Ok(None),
-            1 => Ok(unsaved.first().cloned()),
-            _ => concat_batches(schema, unsaved)
-                .map(Some)
-                .map_err(Into::into),
-        })
+        Some(unsaved)
     }
 }
 
@@ -252,7 +246,7 @@ impl<T: WindowContents> OpenWindows<T> {
                 lane.unmirror(end)?;
                 self.held = self.held.saturating_sub(window.bytes());
                 if let Some(part) = to_part(i, window)? {
-                    parts.push((end, part));
+                    parts.push((end, vec![part]));
                 }
             }
             lane.store.write_parts(parts)?;
@@ -428,14 +422,9 @@ impl<T: WindowContents> OpenWindows<T> {
             for (end, window) in lane.memory.iter_mut() {
                 // A window spilled before has rows only the store holds: it moves on.
                 let spilled = lane.store.has(*end) && !lane.mirrored.contains(end);
-                match (!spilled)
-                    .then(|| window.unsaved_part(&lane.part_schema))
-                    .flatten()
-                {
-                    Some(part) => {
-                        if let Some(part) = part? {
-                            parts.push((*end, part));
-                        }
+                match (!spilled).then(|| window.unsaved_part()).flatten() {
+                    Some(batches) => {
+                        parts.push((*end, batches));
                         lane.mirrored.insert(*end);
                     }
                     None => moved.push(*end),
@@ -445,7 +434,7 @@ impl<T: WindowContents> OpenWindows<T> {
                 if let Some(window) = lane.memory.remove(&end) {
                     self.held = self.held.saturating_sub(window.bytes());
                     if let Some(part) = to_part(i, window)? {
-                        parts.push((end, part));
+                        parts.push((end, vec![part]));
                     }
                 }
             }

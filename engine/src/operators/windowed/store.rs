@@ -3,9 +3,11 @@
 //! A window's state may be split over several *parts*, each one Arrow IPC batch written when
 //! the window was spilled for memory or snapshotted at a barrier: partial aggregates (group
 //! keys plus each accumulator's `state()` arrays) for an aggregation, buffered rows for a join
-//! or the emit-order step. The operator merges them back when the window fires. Keys are `prefix | end | epoch | counter`, big-endian, so the parts of a
-//! window are one key range: firing reads it, dropping it is one range delete, and windows
-//! come out of a scan in order of end.
+//! or the emit-order step. The operator merges them back when the window fires. Keys are
+//! `prefix | end | epoch | counter`, big-endian, so the parts of a window are one key range:
+//! firing reads it, dropping it is one range delete, and windows come out of a scan in order
+//! of end. A part's bytes are in the store's part files ([`crate::state::PartFiles`]); its
+//! entry holds a [`PartRef`] (stores written before part files hold the bytes themselves).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,7 +23,8 @@ use crate::error::{EngineError, Result};
 use crate::message::EventTime;
 use crate::runtime::partition_of_rows;
 use crate::state::{
-    decode_batch, encode_batch, ChunkedWrites, StateBackend, StateHandle, WriteBatch,
+    decode_batches, encode_batches_to, ChunkedWrites, PartRef, StateBackend, StateHandle,
+    WriteBatch,
 };
 
 const END_LEN: usize = 8;
@@ -152,18 +155,21 @@ impl WindowStore {
         Ok(me)
     }
 
-    /// Restored in place: finds the windows by seeking from one end to the next.
+    /// Restored in place: finds the windows and their bytes, and holds the part files
+    /// their entries refer to.
     fn find_stored(&mut self) -> Result<()> {
         let (lo, hi) = self.handle.all();
         let store = self.handle.store()?;
-        let mut from = lo;
-        while let Some(key) = store.first_key(&from, &hi)? {
+        for (key, value) in store.scan(&lo, &hi)? {
             let end = decode_end(&key[self.handle.prefix_len()..])?;
-            self.stored.insert(end, None);
-            if end == EventTime::MAX {
-                break;
-            }
-            from = self.handle.key(&encode_end(end + 1));
+            let bytes = match PartRef::decode(&value) {
+                Some(part) => {
+                    store.parts().retain(&part)?;
+                    part.len
+                }
+                None => value.len() as u64,
+            };
+            self.add_bytes(end, bytes as usize);
         }
         Ok(())
     }
@@ -180,20 +186,20 @@ impl WindowStore {
         let store = self.handle.store()?;
         for (key, value) in old.scan(&lo, &hi)? {
             let end = decode_end(&key[self.handle.prefix_len()..])?;
-            let part = decode_batch(&value)?;
-            let mine = route.rows_of(&part, end, instance, parallelism)?;
-            if mine.is_empty() {
-                continue;
+            for part in decode_batches(&part_bytes(old, value)?)? {
+                let mine = route.rows_of(&part, end, instance, parallelism)?;
+                if mine.is_empty() {
+                    continue;
+                }
+                let kept = take_record_batch(&part, &UInt32Array::from(mine))?;
+                let key = self.next_key(end, 0);
+                let value = self.put_part(store.as_ref(), end, &[kept])?;
+                store.write(WriteBatch {
+                    puts: vec![(key, value)],
+                    delete_ranges: vec![],
+                    adds: vec![],
+                })?;
             }
-            let kept = take_record_batch(&part, &UInt32Array::from(mine))?;
-            let key = self.next_key(end, 0);
-            let value = encode_batch(&kept)?;
-            self.add_bytes(end, value.len());
-            store.write(WriteBatch {
-                puts: vec![(key, value)],
-                delete_ranges: vec![],
-                adds: vec![],
-            })?;
         }
         Ok(())
     }
@@ -213,19 +219,34 @@ impl WindowStore {
     /// operator or through a checkpoint taken after the last write. (Cutting large parts
     /// into 1 MB pieces as well made q7 at parallelism 1 from files, which spills, take
     /// minutes instead of 4 s; why, in the firing of many-part windows, is not known yet.)
-    pub fn write_parts(&mut self, parts: Vec<(EventTime, RecordBatch)>) -> Result<()> {
+    pub fn write_parts(&mut self, parts: Vec<(EventTime, Vec<RecordBatch>)>) -> Result<()> {
         if parts.is_empty() {
             return Ok(());
         }
         let store = self.handle.store()?;
         let mut writes = ChunkedWrites::new(store.as_ref());
         for (end, part) in parts {
+            if part.is_empty() {
+                continue;
+            }
             let key = self.next_key(end, self.epoch);
-            let value = encode_batch(&part)?;
-            self.add_bytes(end, value.len());
+            let value = self.put_part(store.as_ref(), end, &part)?;
             writes.put(key, value)?;
         }
         writes.finish()
+    }
+
+    /// Writes a part of the window ending at `end` (batches of one layout, written as they
+    /// are: not concatenated) to the part files; returns its entry's value.
+    fn put_part(
+        &mut self,
+        store: &dyn StateBackend,
+        end: EventTime,
+        part: &[RecordBatch],
+    ) -> Result<Vec<u8>> {
+        let part = write_part(store, part)?;
+        self.add_bytes(end, part.len as usize);
+        Ok(part.encode())
     }
 
     fn add_bytes(&mut self, end: EventTime, bytes: usize) {
@@ -245,8 +266,8 @@ impl WindowStore {
                 let (lo, hi) = self.window_range(end);
                 let store = self.handle.store()?;
                 let mut bytes = 0u64;
-                for key in part_keys(store.as_ref(), &lo, &hi)? {
-                    bytes += store.get(&key)?.map_or(0, |v| v.len() as u64);
+                for (_, value) in store.scan(&lo, &hi)? {
+                    bytes += PartRef::decode(&value).map_or(value.len() as u64, |p| p.len);
                 }
                 self.stored.insert(end, Some(bytes));
                 Ok(bytes)
@@ -288,7 +309,9 @@ impl WindowStore {
         let (spread_lo, _) = self.bucket_range(end, 0);
         for key in part_keys(store.as_ref(), &lo, &spread_lo)? {
             if let Some(value) = store.get(&key)? {
-                visit(checked_part(&value, schema)?)?;
+                for part in checked_part(&part_bytes(store.as_ref(), value)?, schema)? {
+                    visit(part)?;
+                }
             }
         }
         Ok(())
@@ -323,7 +346,9 @@ impl WindowStore {
                 counter += 1;
                 let mut key = me.bucket_range(end, bucket).0;
                 key.extend_from_slice(&counter.to_be_bytes());
-                batch.puts.push((key, encode_batch(&piece)?));
+                batch
+                    .puts
+                    .push((key, write_part(store.as_ref(), &[piece])?.encode()));
             }
             Ok(batch)
         };
@@ -331,10 +356,10 @@ impl WindowStore {
             let Some(value) = store.get(&key)? else {
                 continue;
             };
-            let part = decode_batch(&value)?;
-            drop(value);
-            for slice in slices(&part) {
-                store.write(rewrite(&slice, self)?)?;
+            for part in decode_batches(&part_bytes(store.as_ref(), value.clone())?)? {
+                for slice in slices(&part) {
+                    store.write(rewrite(&slice, self)?)?;
+                }
             }
             let mut after = key.clone();
             after.push(0);
@@ -343,6 +368,7 @@ impl WindowStore {
                 delete_ranges: vec![(key, after)],
                 adds: vec![],
             })?;
+            release(store.as_ref(), &value)?;
         }
         if let Some(part) = extra {
             for slice in slices(&part) {
@@ -367,16 +393,22 @@ impl WindowStore {
     /// Reads and deletes the parts in `lo..hi`.
     fn take_range(&self, lo: Vec<u8>, hi: Vec<u8>, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
         let store = self.handle.store()?;
-        let parts = store
-            .scan(&lo, &hi)?
-            .into_iter()
-            .map(|(_, v)| checked_part(&v, schema))
-            .collect::<Result<Vec<_>>>()?;
+        let entries = store.scan(&lo, &hi)?;
+        let mut parts = Vec::with_capacity(entries.len());
+        for (_, value) in &entries {
+            parts.extend(checked_part(
+                &part_bytes(store.as_ref(), value.clone())?,
+                schema,
+            )?);
+        }
         store.write(WriteBatch {
             puts: vec![],
             delete_ranges: vec![(lo, hi)],
             adds: vec![],
         })?;
+        for (_, value) in &entries {
+            release(store.as_ref(), value)?;
+        }
         Ok(parts)
     }
 
@@ -386,11 +418,17 @@ impl WindowStore {
             return Ok(());
         }
         let (lo, hi) = self.window_range(end);
-        self.handle.store()?.write(WriteBatch {
+        let store = self.handle.store()?;
+        let entries = store.scan(&lo, &hi)?;
+        store.write(WriteBatch {
             puts: vec![],
             delete_ranges: vec![(lo, hi)],
             adds: vec![],
-        })
+        })?;
+        for (_, value) in &entries {
+            release(store.as_ref(), value)?;
+        }
+        Ok(())
     }
 
     /// A barrier of `epoch` passed: later parts belong to the next epoch.
@@ -432,6 +470,23 @@ impl WindowStore {
     }
 }
 
+/// A part's bytes, from its entry's value: read from the part files it refers to, or the
+/// value itself (a store written before part files).
+fn part_bytes(store: &dyn StateBackend, value: Vec<u8>) -> Result<Vec<u8>> {
+    match PartRef::decode(&value) {
+        Some(part) => store.parts().read(&part),
+        None => Ok(value),
+    }
+}
+
+/// A part's entry was deleted: its part file may go.
+fn release(store: &dyn StateBackend, value: &[u8]) -> Result<()> {
+    match PartRef::decode(value) {
+        Some(part) => store.parts().release(&part),
+        None => Ok(()),
+    }
+}
+
 /// Rows of `part` in slices small enough that spreading one copies little at a time.
 fn slices(part: &RecordBatch) -> impl Iterator<Item = RecordBatch> + '_ {
     const ROWS: usize = 1 << 16;
@@ -440,17 +495,32 @@ fn slices(part: &RecordBatch) -> impl Iterator<Item = RecordBatch> + '_ {
         .map(move |at| part.slice(at, ROWS.min(part.num_rows() - at)))
 }
 
-/// A stored part, checked against the plan's layout (stored batches carry their own schema).
-fn checked_part(value: &[u8], schema: &SchemaRef) -> Result<RecordBatch> {
-    let b = decode_batch(value)?;
-    if b.num_columns() != schema.fields().len() {
+/// A stored part's batches, checked against the plan's layout (stored batches carry their
+/// own schema).
+fn checked_part(value: &[u8], schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+    let batches = decode_batches(value)?;
+    if let Some(b) = batches
+        .iter()
+        .find(|b| b.num_columns() != schema.fields().len())
+    {
         return Err(EngineError::State(format!(
             "stored window state has {} columns, the plan expects {}",
             b.num_columns(),
             schema.fields().len()
         )));
     }
-    Ok(b)
+    Ok(batches)
+}
+
+/// Writes batches of one layout to the store's part files as one part.
+fn write_part(store: &dyn StateBackend, batches: &[RecordBatch]) -> Result<PartRef> {
+    let schema = match batches.first() {
+        Some(b) => b.schema(),
+        None => return Err(EngineError::Internal("an empty window part".into())),
+    };
+    store
+        .parts()
+        .append_with(&mut |out| encode_batches_to(out, &schema, batches))
 }
 
 /// The keys in `lo..hi`, without reading values (a window has few parts, each large).
@@ -483,16 +553,18 @@ mod tests {
         let handle = StateHandle::in_memory();
         let mut store = WindowStore::open(handle.clone(), PartRoute::Keys(1), 0).unwrap();
         store
-            .write_parts(vec![(20, part(&[1, 2])), (10, part(&[3]))])
+            .write_parts(vec![(20, vec![part(&[1, 2])]), (10, vec![part(&[3])])])
             .unwrap();
         store.next_epoch(1);
-        store.write_parts(vec![(10, part(&[4, 5]))]).unwrap();
+        store
+            .write_parts(vec![(10, vec![part(&[4]), part(&[5])])])
+            .unwrap();
         assert_eq!(store.ready(15), vec![10]);
         assert_eq!(store.ready(i64::MAX), vec![10, 20]);
         let schema = part(&[]).schema();
         let taken = store.take(10, &schema).unwrap();
         let rows: usize = taken.iter().map(|b| b.num_rows()).sum();
-        assert_eq!((taken.len(), rows), (2, 3));
+        assert_eq!((taken.len(), rows), (3, 3));
         assert!(!store.has(10));
         assert!(store.take(10, &schema).unwrap().is_empty());
         // Only the window ending at 20 is left in the store.
@@ -509,5 +581,96 @@ mod tests {
             assert!(encode_end(w[0]) < encode_end(w[1]));
             assert_eq!(decode_end(&encode_end(w[0])).unwrap(), w[0]);
         }
+    }
+
+    /// The values of every batch of `parts`, sorted.
+    fn values(parts: &[RecordBatch]) -> Vec<i64> {
+        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::datatypes::Int64Type;
+        let mut v: Vec<i64> = parts
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn parts_in_files_come_back_from_a_checkpoint_in_place_and_at_another_parallelism() {
+        use crate::state::{RestoreSet, RocksDbStateBackend, TaskState};
+        let dir = tempfile::tempdir().unwrap();
+        let task = |store: Arc<dyn StateBackend>, restore: Option<RestoreSet>| {
+            StateHandle::new(Arc::new(TaskState::with_store(store, restore)), 0)
+        };
+        let working = RocksDbStateBackend::open_working(&dir.path().join("work")).unwrap();
+        let handle = task(Arc::new(working), None);
+        let mut store = WindowStore::open(handle.clone(), PartRoute::Keys(1), 0).unwrap();
+        store
+            .write_parts(vec![
+                (10, vec![part(&[1, 2]), part(&[3])]),
+                (20, vec![part(&[4])]),
+            ])
+            .unwrap();
+        store.next_epoch(1);
+        let checkpoint = dir.path().join("chk1");
+        handle.store().unwrap().checkpoint_to(&checkpoint).unwrap();
+        // After the checkpoint: a window fires, another gets more rows.
+        let schema = part(&[]).schema();
+        assert_eq!(values(&store.take(10, &schema).unwrap()), vec![1, 2, 3]);
+        store.write_parts(vec![(20, vec![part(&[5])])]).unwrap();
+        assert_eq!(values(&store.take(20, &schema).unwrap()), vec![4, 5]);
+        drop(store);
+        drop(handle);
+
+        // In place: the checkpoint's files in a new working directory.
+        let again = dir.path().join("again");
+        std::fs::create_dir(&again).unwrap();
+        for entry in std::fs::read_dir(&checkpoint).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), again.join(entry.file_name())).unwrap();
+        }
+        let restored: Arc<dyn StateBackend> =
+            Arc::new(RocksDbStateBackend::open_working(&again).unwrap());
+        let restore = RestoreSet {
+            stores: vec![Arc::clone(&restored)],
+            repartition: None,
+        };
+        let mut store = WindowStore::open(
+            task(Arc::clone(&restored), Some(restore)),
+            PartRoute::Keys(1),
+            1,
+        )
+        .unwrap();
+        assert_eq!(store.ready(i64::MAX), vec![10, 20]);
+        assert_eq!(values(&store.take(10, &schema).unwrap()), vec![1, 2, 3]);
+        assert_eq!(values(&store.take(20, &schema).unwrap()), vec![4]);
+        // Nothing refers to the restored files any more: the next checkpoint drops them.
+        restored.checkpoint_to(&dir.path().join("chk2")).unwrap();
+        assert!(restored.parts().labels().unwrap().is_empty());
+
+        // At another parallelism: each instance keeps the rows routed to it.
+        let mut all = [Vec::new(), Vec::new()];
+        for instance in 0..3 {
+            let old: Arc<dyn StateBackend> =
+                Arc::new(RocksDbStateBackend::open_read_only(&checkpoint).unwrap());
+            let restore = RestoreSet {
+                stores: vec![old],
+                repartition: Some((instance, 3)),
+            };
+            let working =
+                RocksDbStateBackend::open_working(&dir.path().join(format!("rescaled-{instance}")))
+                    .unwrap();
+            let mut store = WindowStore::open(
+                task(Arc::new(working), Some(restore)),
+                PartRoute::Keys(1),
+                1,
+            )
+            .unwrap();
+            for (i, end) in [10, 20].into_iter().enumerate() {
+                all[i].extend(values(&store.take(end, &schema).unwrap()));
+            }
+        }
+        all.iter_mut().for_each(|v| v.sort_unstable());
+        assert_eq!(all, [vec![1, 2, 3], vec![4]]);
     }
 }

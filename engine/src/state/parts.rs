@@ -1,0 +1,580 @@
+//! [`PartFiles`]: large, short-lived values (the parts of open windows) kept in append-only
+//! files beside a store, with only a small [`PartRef`] in the store itself.
+//!
+//! A window's rows are written at a barrier and deleted when the window fires, often a few
+//! milliseconds later. As RocksDB values they were copied into a memtable, flushed into a
+//! level-0 file at the checkpoint, rewritten by compaction and finally dropped by a range
+//! tombstone: profiled on Nexmark q7 with 100 ms checkpoints, about 38% of the job. Here they
+//! are appended once to the file of the epoch that wrote them; the checkpoint hard-links the
+//! files still referenced (a file is never changed before the offsets its references name, so
+//! a link taken at a barrier holds what the checkpoint's references point to), and a file is
+//! unlinked once nothing in the working store refers to it any more.
+//!
+//! References are counted in memory: [`PartFiles::append`] counts the one it makes,
+//! [`PartFiles::release`] drops one whose entry was deleted, and the owner of restored entries
+//! calls [`PartFiles::retain`] for each reference it finds. A file nobody retained after a
+//! restore is removed at the next checkpoint.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::error::{EngineError, Result};
+
+/// First bytes of an encoded [`PartRef`]. A value written inline (Arrow IPC stream, which
+/// starts with the continuation marker 0xFFFFFFFF) never starts with them.
+const MAGIC: &[u8; 4] = b"WPRT";
+const REF_LEN: usize = MAGIC.len() + 3 * 8;
+const SUFFIX: &str = "wparts";
+/// Bytes after which appends go to a new file: a file is removed only when every part in it
+/// is, so smaller files free disk sooner.
+const FILE_BYTES: u64 = 64 << 20;
+/// Bytes after which a checkpoint starts a new file. Below them the file goes on growing after
+/// it was linked (its checkpoint's references end before the new bytes): one file per
+/// checkpoint would make a window that stays open for many checkpoints (a long CUMULATE,
+/// parts written at every barrier) hold a file per checkpoint, each linked into every
+/// checkpoint after it.
+const CHECKPOINT_FILE_BYTES: u64 = 8 << 20;
+
+/// Where a part's bytes are: `len` bytes at `offset` of the file of `label`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartRef {
+    pub label: u64,
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl PartRef {
+    /// The reference as a store value.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(REF_LEN);
+        v.extend_from_slice(MAGIC);
+        v.extend_from_slice(&self.label.to_be_bytes());
+        v.extend_from_slice(&self.offset.to_be_bytes());
+        v.extend_from_slice(&self.len.to_be_bytes());
+        v
+    }
+
+    /// The reference a store value holds, `None` for a value written inline.
+    pub fn decode(value: &[u8]) -> Option<Self> {
+        if value.len() != REF_LEN || !value.starts_with(MAGIC) {
+            return None;
+        }
+        let n = |at: usize| u64::from_be_bytes(value[at..at + 8].try_into().expect("eight bytes"));
+        Some(Self {
+            label: n(4),
+            offset: n(12),
+            len: n(20),
+        })
+    }
+}
+
+/// The part files of one store: in a directory (the store's own), or in memory (unit tests).
+pub struct PartFiles {
+    /// `None`: in memory.
+    dir: Option<PathBuf>,
+    /// A checkpoint opened for reading: its files are never removed.
+    read_only: bool,
+    /// Bytes after which a file is written no more: at any append, at a checkpoint.
+    file_bytes: (u64, u64),
+    files: Mutex<Files>,
+}
+
+#[derive(Default)]
+struct Files {
+    /// The file being appended to, by label (a directory store).
+    open: BTreeMap<u64, File>,
+    /// Lengths of the files this store knows of (written or found), by label.
+    lengths: BTreeMap<u64, u64>,
+    /// Contents by label (an in-memory store).
+    memory: BTreeMap<u64, Vec<u8>>,
+    /// References held by the working store, by label.
+    live: BTreeMap<u64, u64>,
+    /// Labels written since the last checkpoint (to sync before linking).
+    unsynced: BTreeSet<u64>,
+    /// The label appended to now: its file stays while it is appended to.
+    current: Option<u64>,
+    /// The label the next file gets.
+    next: u64,
+}
+
+fn io_error(what: &str, path: &Path, e: std::io::Error) -> EngineError {
+    EngineError::io(format!("{what} '{}'", path.display()), e)
+}
+
+impl PartFiles {
+    /// The part files in `dir` (a store's directory), finding those already there (a store
+    /// restored from a checkpoint) with no references counted yet.
+    pub fn in_dir(dir: &Path) -> Result<Self> {
+        let mut files = Files::default();
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if let Some(label) = label_of(&path) {
+                    let len = entry
+                        .metadata()
+                        .map_err(|e| io_error("cannot read", &path, e))?
+                        .len();
+                    files.lengths.insert(label, len);
+                    files.next = files.next.max(label + 1);
+                }
+            }
+        }
+        Ok(Self {
+            dir: Some(dir.to_path_buf()),
+            read_only: false,
+            file_bytes: (FILE_BYTES, CHECKPOINT_FILE_BYTES),
+            files: Mutex::new(files),
+        })
+    }
+
+    /// The part files of a checkpoint in `dir`, read by restores: never appended to nor
+    /// removed.
+    pub fn read_only(dir: &Path) -> Result<Self> {
+        Ok(Self {
+            read_only: true,
+            ..Self::in_dir(dir)?
+        })
+    }
+
+    /// Part files kept in memory.
+    pub fn in_memory() -> Self {
+        Self {
+            dir: None,
+            read_only: false,
+            file_bytes: (FILE_BYTES, CHECKPOINT_FILE_BYTES),
+            files: Mutex::new(Files::default()),
+        }
+    }
+
+    /// A copy of in-memory part files, with no references counted: what a checkpoint of an
+    /// in-memory store holds.
+    pub fn copy(&self) -> Result<Self> {
+        let files = self.lock()?;
+        Ok(Self {
+            dir: self.dir.clone(),
+            read_only: self.read_only,
+            file_bytes: self.file_bytes,
+            files: Mutex::new(Files {
+                memory: files.memory.clone(),
+                lengths: files.lengths.clone(),
+                next: files.next,
+                ..Files::default()
+            }),
+        })
+    }
+
+    /// The same files, written no more past `any` bytes, or `checkpoint` bytes at a checkpoint.
+    #[cfg(test)]
+    fn rotating_at(mut self, any: u64, checkpoint: u64) -> Self {
+        self.file_bytes = (any, checkpoint);
+        self
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Files>> {
+        self.files
+            .lock()
+            .map_err(|_| EngineError::Internal("part files poisoned".into()))
+    }
+
+    fn path(dir: &Path, label: u64) -> PathBuf {
+        dir.join(format!("{label:020}.{SUFFIX}"))
+    }
+
+    /// Appends `bytes` to the file being written; returns where they are (counted as one
+    /// reference). A file is written until it holds [`FILE_BYTES`], or
+    /// [`CHECKPOINT_FILE_BYTES`] at a checkpoint.
+    pub fn append(&self, bytes: &[u8]) -> Result<PartRef> {
+        self.append_with(&mut |out| {
+            out.write_all(bytes)
+                .map_err(|e| EngineError::io("cannot write a state part", e))
+        })
+    }
+
+    /// Appends what `write` writes, as [`Self::append`] does (an encoder writing straight to
+    /// the file, without a copy in memory first).
+    pub fn append_with(
+        &self,
+        write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<PartRef> {
+        if self.read_only {
+            return Err(EngineError::Internal(
+                "a state part written to a checkpoint".into(),
+            ));
+        }
+        let mut files = self.lock()?;
+        let label = match files.current {
+            Some(label) if files.lengths.get(&label).copied().unwrap_or(0) < self.file_bytes.0 => {
+                label
+            }
+            full => {
+                let label = files.next;
+                files.next += 1;
+                files.current = Some(label);
+                if let Some(full) = full {
+                    files.open.remove(&full);
+                    files.collect(self.dir.as_deref(), full);
+                }
+                label
+            }
+        };
+        let offset = files.lengths.get(&label).copied().unwrap_or(0);
+        let len = match &self.dir {
+            None => {
+                let file = files.memory.entry(label).or_default();
+                let before = file.len();
+                if let Err(e) = write(file) {
+                    file.truncate(before);
+                    return Err(e);
+                }
+                (file.len() - before) as u64
+            }
+            Some(dir) => {
+                let path = Self::path(dir, label);
+                let file = match files.open.entry(label) {
+                    std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(v) => v.insert(
+                        OpenOptions::new()
+                            .create_new(true)
+                            .append(true)
+                            .open(&path)
+                            .map_err(|e| io_error("cannot create", &path, e))?,
+                    ),
+                };
+                let mut out = Counted {
+                    out: std::io::BufWriter::with_capacity(1 << 16, file),
+                    bytes: 0,
+                };
+                let written = write(&mut out)
+                    .and_then(|()| out.flush().map_err(|e| io_error("cannot write", &path, e)));
+                let bytes = out.bytes;
+                drop(out);
+                if let Err(e) = written {
+                    // Part of the bytes may be in the file: later appends go to a new one.
+                    files.open.remove(&label);
+                    files.current = None;
+                    files.collect(self.dir.as_deref(), label);
+                    return Err(EngineError::State(format!(
+                        "cannot write '{}': {e}",
+                        path.display()
+                    )));
+                }
+                bytes
+            }
+        };
+        files.lengths.insert(label, offset + len);
+        files.unsynced.insert(label);
+        *files.live.entry(label).or_default() += 1;
+        Ok(PartRef { label, offset, len })
+    }
+
+    /// The bytes `part` refers to.
+    pub fn read(&self, part: &PartRef) -> Result<Vec<u8>> {
+        let missing = || {
+            EngineError::State(format!(
+                "state part {}..{} of file {} is missing",
+                part.offset,
+                part.offset + part.len,
+                part.label
+            ))
+        };
+        let Some(dir) = &self.dir else {
+            let files = self.lock()?;
+            let file = files.memory.get(&part.label).ok_or_else(missing)?;
+            let range = part.offset as usize..(part.offset + part.len) as usize;
+            return file.get(range).map(<[u8]>::to_vec).ok_or_else(missing);
+        };
+        let path = Self::path(dir, part.label);
+        let file = File::open(&path).map_err(|e| io_error("cannot open", &path, e))?;
+        let mut bytes = vec![0u8; part.len as usize];
+        file.read_exact_at(&mut bytes, part.offset)
+            .map_err(|e| io_error("cannot read", &path, e))?;
+        Ok(bytes)
+    }
+
+    /// A reference found in a restored store: its file stays while it is held.
+    pub fn retain(&self, part: &PartRef) -> Result<()> {
+        *self.lock()?.live.entry(part.label).or_default() += 1;
+        Ok(())
+    }
+
+    /// A reference's entry was deleted: a file left with none is removed (unless it is still
+    /// being appended to).
+    pub fn release(&self, part: &PartRef) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let mut files = self.lock()?;
+        if let Some(n) = files.live.get_mut(&part.label) {
+            *n = n.saturating_sub(1);
+        }
+        files.collect(self.dir.as_deref(), part.label);
+        Ok(())
+    }
+
+    /// Writes the referenced files into `dir` (a checkpoint of the store, already created):
+    /// syncs those written since the last checkpoint, hard-links them, and removes the files
+    /// nothing refers to any more.
+    pub fn link_into(&self, dir: &Path) -> Result<()> {
+        if self.read_only {
+            return Err(EngineError::Internal(
+                "a checkpoint of a checkpoint's state parts".into(),
+            ));
+        }
+        let mut files = self.lock()?;
+        // Appends after the checkpoint may go on in a file it links: its references end
+        // before them.
+        if let Some(current) = files.current {
+            if files.lengths.get(&current).copied().unwrap_or(0) >= self.file_bytes.1 {
+                files.current = None;
+            }
+        }
+        let labels: Vec<u64> = files.lengths.keys().copied().collect();
+        for label in labels {
+            files.collect(self.dir.as_deref(), label);
+        }
+        let Some(own) = &self.dir else {
+            return Ok(());
+        };
+        let unsynced = std::mem::take(&mut files.unsynced);
+        for label in unsynced {
+            if let Some(file) = files.open.get(&label) {
+                let path = Self::path(own, label);
+                file.sync_data()
+                    .map_err(|e| io_error("cannot sync", &path, e))?;
+            } else if files.lengths.contains_key(&label) {
+                let path = Self::path(own, label);
+                File::open(&path)
+                    .and_then(|f| f.sync_data())
+                    .map_err(|e| io_error("cannot sync", &path, e))?;
+            }
+        }
+        for label in files.lengths.keys() {
+            let (from, to) = (Self::path(own, *label), Self::path(dir, *label));
+            std::fs::hard_link(&from, &to).map_err(|e| io_error("cannot link", &from, e))?;
+        }
+        if !files.lengths.is_empty() {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io_error("cannot sync", dir, e))?;
+        }
+        Ok(())
+    }
+
+    /// Labels of the files this store holds (for tests).
+    pub fn labels(&self) -> Result<Vec<u64>> {
+        Ok(self.lock()?.lengths.keys().copied().collect())
+    }
+}
+
+impl Default for PartFiles {
+    fn default() -> Self {
+        Self::in_memory()
+    }
+}
+
+impl std::fmt::Debug for PartFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PartFiles({:?})", self.dir)
+    }
+}
+
+impl Files {
+    /// Removes the file of `label` when nothing refers to it and it is not being appended to.
+    fn collect(&mut self, dir: Option<&Path>, label: u64) {
+        if self.current == Some(label) || self.live.get(&label).copied().unwrap_or(0) > 0 {
+            return;
+        }
+        self.live.remove(&label);
+        self.open.remove(&label);
+        self.unsynced.remove(&label);
+        self.memory.remove(&label);
+        if self.lengths.remove(&label).is_some() {
+            if let Some(dir) = dir {
+                // A failed unlink leaves a file the next job start wipes with the store.
+                let _ = std::fs::remove_file(PartFiles::path(dir, label));
+            }
+        }
+    }
+}
+
+/// A writer that counts the bytes written through it.
+struct Counted<W: Write> {
+    out: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// The label of a part file's path, `None` for any other file.
+fn label_of(path: &Path) -> Option<u64> {
+    if path.extension()? != SUFFIX {
+        return None;
+    }
+    path.file_stem()?.to_str()?.parse().ok()
+}
+
+/// Whether `path` is a part file (immutable once its epoch passed: a checkpoint copy may
+/// hard-link it).
+pub fn is_part_file(path: &Path) -> bool {
+    label_of(path).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts_in(files: &PartFiles) -> Vec<u64> {
+        files.labels().unwrap()
+    }
+
+    #[test]
+    fn references_round_trip_and_inline_values_are_not_references() {
+        let r = PartRef {
+            label: 7,
+            offset: 1 << 40,
+            len: 12,
+        };
+        assert_eq!(PartRef::decode(&r.encode()), Some(r));
+        let inline =
+            crate::state::encode_batch(&datafusion::arrow::record_batch::RecordBatch::new_empty(
+                std::sync::Arc::new(datafusion::arrow::datatypes::Schema::empty()),
+            ))
+            .unwrap();
+        assert_eq!(PartRef::decode(&inline), None);
+        assert_eq!(PartRef::decode(b"WPRT"), None);
+    }
+
+    #[test]
+    fn a_file_goes_when_its_last_reference_is_released_and_it_is_written_no_more() {
+        for dir in [None, Some(tempfile::tempdir().unwrap())] {
+            let files = match &dir {
+                Some(d) => PartFiles::in_dir(d.path()).unwrap(),
+                None => PartFiles::in_memory(),
+            }
+            .rotating_at(u64::MAX, 0);
+            let a = files.append(b"hello").unwrap();
+            let b = files.append(b"world").unwrap();
+            assert_eq!((a.label, a.offset, b.label, b.offset), (0, 0, 0, 5));
+            assert_eq!(files.read(&b).unwrap(), b"world");
+            files.release(&a).unwrap();
+            files.release(&b).unwrap();
+            // Still the file written to: it stays.
+            assert_eq!(parts_in(&files), vec![0]);
+            let checkpoint = tempfile::tempdir().unwrap();
+            files.link_into(checkpoint.path()).unwrap();
+            assert!(parts_in(&files).is_empty());
+            let c = files.append(b"!").unwrap();
+            assert_eq!(parts_in(&files), vec![1]);
+            assert_eq!(files.read(&c).unwrap(), b"!");
+            if let Some(d) = &dir {
+                let on_disk: Vec<_> = std::fs::read_dir(d.path())
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .collect();
+                assert_eq!(on_disk.len(), 1, "{on_disk:?}");
+                assert_eq!(std::fs::read_dir(checkpoint.path()).unwrap().count(), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_links_referenced_files_and_a_restore_keeps_what_it_retains() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        let files = PartFiles::in_dir(&work).unwrap().rotating_at(u64::MAX, 0);
+        let checkpoint = |name: &str| {
+            let d = dir.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            d
+        };
+        let kept = files.append(b"kept").unwrap();
+        files.link_into(&checkpoint("chk0")).unwrap();
+        let gone = files.append(b"gone").unwrap();
+        files.link_into(&checkpoint("chk1")).unwrap();
+        let later = files.append(b"later").unwrap();
+        files.release(&gone).unwrap();
+        let chk = checkpoint("chk");
+        files.link_into(&chk).unwrap();
+        assert_eq!((kept.label, gone.label, later.label), (0, 1, 2));
+        // Written after the checkpoint: a new file.
+        let more = files.append(b"more").unwrap();
+        assert_eq!(more.label, 3);
+        files.release(&kept).unwrap();
+        // The working store lost file 0 (its last reference went), not the checkpoint.
+        assert!(!PartFiles::path(&work, 0).exists());
+        let read = PartFiles::read_only(&chk).unwrap();
+        assert_eq!(parts_in(&read), vec![0, 2]);
+        assert_eq!(read.read(&kept).unwrap(), b"kept");
+        assert_eq!(read.read(&later).unwrap(), b"later");
+        read.release(&kept).unwrap();
+        assert!(read.append(b"x").is_err());
+        assert!(read.read(&more).is_err());
+        // Restored in place: the checkpoint's files linked into a new working directory.
+        let again = checkpoint("again");
+        for label in [0, 2] {
+            std::fs::hard_link(PartFiles::path(&chk, label), PartFiles::path(&again, label))
+                .unwrap();
+        }
+        let restored = PartFiles::in_dir(&again).unwrap().rotating_at(u64::MAX, 0);
+        // New files follow the restored ones.
+        restored.retain(&later).unwrap();
+        assert_eq!(restored.append(b"new").unwrap().label, 3);
+        // A restore that retains only file 2 drops file 0 at its first checkpoint.
+        let next = checkpoint("chk2");
+        restored.link_into(&next).unwrap();
+        assert_eq!(parts_in(&restored), vec![2, 3]);
+        assert!(!PartFiles::path(&again, 0).exists());
+        assert!(PartFiles::path(&chk, 0).exists());
+        assert!(PartFiles::path(&next, 2).exists());
+        assert_eq!(
+            PartFiles::read_only(&next).unwrap().read(&later).unwrap(),
+            b"later"
+        );
+    }
+
+    #[test]
+    fn a_small_file_goes_on_after_a_checkpoint_and_a_full_one_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = PartFiles::in_dir(dir.path()).unwrap().rotating_at(8, 4);
+        let a = files.append(b"abc").unwrap();
+        let chk = dir.path().join("chk");
+        std::fs::create_dir(&chk).unwrap();
+        files.link_into(&chk).unwrap();
+        // Three bytes: the file goes on, past what the checkpoint refers to.
+        let b = files.append(b"defgh").unwrap();
+        assert_eq!((b.label, b.offset), (0, 3));
+        let read = PartFiles::read_only(&chk).unwrap();
+        assert_eq!(read.read(&a).unwrap(), b"abc");
+        // Eight bytes: full.
+        let c = files.append(b"i").unwrap();
+        assert_eq!((c.label, c.offset), (1, 0));
+        let chk2 = dir.path().join("chk2");
+        std::fs::create_dir(&chk2).unwrap();
+        files.link_into(&chk2).unwrap();
+        assert_eq!(files.append(b"j").unwrap().label, 1);
+        files.append(b"klm").unwrap();
+        let chk3 = dir.path().join("chk3");
+        std::fs::create_dir(&chk3).unwrap();
+        files.link_into(&chk3).unwrap();
+        assert_eq!(files.append(b"n").unwrap().label, 2);
+        assert_eq!(
+            PartFiles::read_only(&chk3).unwrap().read(&b).unwrap(),
+            b"defgh"
+        );
+    }
+}
