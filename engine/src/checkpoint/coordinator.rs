@@ -372,6 +372,15 @@ impl Coordinator {
         }
     }
 
+    /// Makes the tasks' checkpointed state durable where the tasks left that to the
+    /// coordinator (window part files), before the manifest records the checkpoint.
+    fn sync_state(&self, state: &[(TaskId, String)]) -> Result<()> {
+        for (_, dir) in state {
+            crate::state::sync_parts(&self.dir.checkpoints().join(dir))?;
+        }
+        Ok(())
+    }
+
     /// Completes the checkpoint in flight once every task acknowledged it (or ended).
     /// Returns its kind when it completed or failed.
     fn complete_in_flight(&mut self, all_finished: bool) -> Result<Option<BarrierKind>> {
@@ -412,7 +421,9 @@ impl Coordinator {
         }
         let written = match f.error {
             Some(e) => Err(e),
-            None => self.dir.write_manifest(&manifest),
+            None => self
+                .sync_state(&manifest.state)
+                .and_then(|()| self.dir.write_manifest(&manifest)),
         };
         if written.is_ok() && pending_output {
             crate::fault::crash_at("before_commit", f.epoch);
