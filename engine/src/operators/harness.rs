@@ -253,11 +253,14 @@ impl Harness {
         self.metrics.snapshot().late_rows
     }
 
-    /// Entries in the instances' stores now (state spilled or snapshotted, not yet fired).
+    /// Entries in the instances' stores and window parts in their part files now (state
+    /// spilled or snapshotted, not yet fired).
     pub fn stored_entries(&self) -> Result<usize> {
         let mut n = 0;
         for instance in &self.instances {
-            n += instance.store.scan(&[], &[u8::MAX; 4])?.len();
+            let (lo, hi) = (&[][..], &[u8::MAX; 4][..]);
+            n += instance.store.scan(lo, hi)?.len();
+            n += instance.store.parts().scan(lo, hi)?.len();
         }
         Ok(n)
     }

@@ -22,7 +22,9 @@ use crate::error::{EngineError, Result};
 use crate::graph::JobGraph;
 use crate::message::Message;
 use crate::metrics::{JobMetrics, MetricsSnapshot};
-use crate::state::{is_part_file, RestoreSet, RocksDbStateBackend, StateBackend, TaskState};
+use crate::state::{
+    is_part_file, open_checkpoint, RestoreSet, RocksDbStateBackend, StateBackend, TaskState,
+};
 
 pub use chain::Chain;
 pub use input_gate::{GateEvent, InputGate};
@@ -285,10 +287,7 @@ impl Restore {
         }
         let stores = old
             .iter()
-            .map(|(_, dir)| {
-                RocksDbStateBackend::open_read_only(&self.dir.checkpoints().join(dir))
-                    .map(|s| Arc::new(s) as Arc<dyn StateBackend>)
-            })
+            .map(|(_, dir)| open_checkpoint(&self.dir.checkpoints().join(dir)))
             .collect::<Result<Vec<_>>>()?;
         let restore = RestoreSet {
             stores,

@@ -68,6 +68,20 @@ pub trait StateBackend: Send + Sync {
     fn parts(&self) -> &PartFiles;
 }
 
+/// Opens a task's checkpoint in `dir` for reading (a restore at another parallelism): its
+/// RocksDB checkpoint and part files, or its part files alone when the task never wrote
+/// RocksDB (its checkpoint skipped it).
+pub fn open_checkpoint(dir: &Path) -> Result<std::sync::Arc<dyn StateBackend>> {
+    if dir.join("CURRENT").exists() {
+        return Ok(std::sync::Arc::new(RocksDbStateBackend::open_read_only(
+            dir,
+        )?));
+    }
+    Ok(std::sync::Arc::new(MemoryStateBackend::with_parts(
+        PartFiles::read_only(dir)?,
+    )))
+}
+
 /// Entries read from a store, in key order.
 pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -90,6 +104,14 @@ pub struct MemoryStateBackend {
 }
 
 impl MemoryStateBackend {
+    /// An empty store with `parts` beside it (a checkpoint whose RocksDB part was empty).
+    pub fn with_parts(parts: PartFiles) -> Self {
+        Self {
+            map: Mutex::default(),
+            parts,
+        }
+    }
+
     /// A copy of the whole store as it is now: what [`StateBackend::checkpoint_to`] writes for
     /// a durable store (unit tests checkpoint and restore operators with it).
     pub fn copy(&self) -> Result<Self> {

@@ -1,23 +1,24 @@
 //! [`PartFiles`]: large, short-lived values (the parts of open windows) kept in append-only
-//! files beside a store, with only a small [`PartRef`] in the store itself.
+//! files beside a store, with their index (key -> file, offset, length) in memory.
 //!
 //! A window's rows are written at a barrier and deleted when the window fires, often a few
 //! milliseconds later. As RocksDB values they were copied into a memtable, flushed into a
 //! level-0 file at the checkpoint, rewritten by compaction and finally dropped by a range
 //! tombstone: profiled on Nexmark q7 with 100 ms checkpoints, about 38% of the job. Here they
-//! are appended once to the file of the epoch that wrote them; the checkpoint hard-links the
-//! files still referenced (a file is never changed before the offsets its references name, so
-//! a link taken at a barrier holds what the checkpoint's references point to), and a file is
-//! unlinked once nothing in the working store refers to it any more.
+//! are appended once to a file. A checkpoint hard-links the files still referenced (a file is
+//! never changed before the offsets its references name, so a link taken at a barrier holds
+//! what the checkpoint's references point to) and writes the index beside them
+//! ([`INDEX_FILE`]); a file is unlinked once nothing in the index refers to it any more. With
+//! the index out of RocksDB too, a task whose state is all windows never writes RocksDB, and
+//! its checkpoint skips RocksDB's flush and the half dozen syncs that come with it.
 //!
-//! References are counted in memory: [`PartFiles::append`] counts the one it makes,
-//! [`PartFiles::release`] drops one whose entry was deleted, and the owner of restored entries
-//! calls [`PartFiles::retain`] for each reference it finds. A file nobody retained after a
-//! restore is removed at the next checkpoint.
+//! Nothing here syncs on the task's thread: [`sync_parts`] makes a checkpoint's files durable
+//! once every task acknowledged it, before the manifest records it.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -29,6 +30,10 @@ use crate::error::{EngineError, Result};
 const MAGIC: &[u8; 4] = b"WPRT";
 const REF_LEN: usize = MAGIC.len() + 3 * 8;
 const SUFFIX: &str = "wparts";
+/// The index of a checkpoint's parts, in the checkpoint's directory.
+pub const INDEX_FILE: &str = "parts.index";
+/// First bytes of [`INDEX_FILE`], with its version.
+const INDEX_MAGIC: &[u8; 8] = b"WPIDX001";
 /// Bytes after which appends go to a new file: a file is removed only when every part in it
 /// is, so smaller files free disk sooner.
 const FILE_BYTES: u64 = 64 << 20;
@@ -91,8 +96,10 @@ struct Files {
     lengths: BTreeMap<u64, u64>,
     /// Contents by label (an in-memory store).
     memory: BTreeMap<u64, Vec<u8>>,
-    /// References held by the working store, by label.
+    /// Entries of the index referring to each file, by label.
     live: BTreeMap<u64, u64>,
+    /// Where each key's part is.
+    index: BTreeMap<Vec<u8>, PartRef>,
     /// The label appended to now: its file stays while it is appended to.
     current: Option<u64>,
     /// The label the next file gets.
@@ -104,10 +111,24 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> EngineError {
 }
 
 impl PartFiles {
-    /// The part files in `dir` (a store's directory), finding those already there (a store
-    /// restored from a checkpoint) with no references counted yet.
+    /// The part files in `dir` (a store's directory), with the index a checkpoint left there
+    /// (a store restored from it).
     pub fn in_dir(dir: &Path) -> Result<Self> {
         let mut files = Files::default();
+        let index = dir.join(INDEX_FILE);
+        match std::fs::read(&index) {
+            Ok(bytes) => {
+                for (key, part) in decode_index(&bytes).ok_or_else(|| {
+                    EngineError::State(format!("'{}' is damaged", index.display()))
+                })? {
+                    *files.live.entry(part.label).or_default() += 1;
+                    files.next = files.next.max(part.label + 1);
+                    files.index.insert(key, part);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("cannot read", &index, e)),
+        }
         if let Ok(entries) = std::fs::read_dir(dir) {
             for entry in entries.flatten() {
                 let path = entry.path();
@@ -148,8 +169,8 @@ impl PartFiles {
         }
     }
 
-    /// A copy of in-memory part files, with no references counted: what a checkpoint of an
-    /// in-memory store holds.
+    /// A copy of in-memory part files and their index: what a checkpoint of an in-memory
+    /// store holds.
     pub fn copy(&self) -> Result<Self> {
         let files = self.lock()?;
         Ok(Self {
@@ -159,6 +180,8 @@ impl PartFiles {
             files: Mutex::new(Files {
                 memory: files.memory.clone(),
                 lengths: files.lengths.clone(),
+                live: files.live.clone(),
+                index: files.index.clone(),
                 next: files.next,
                 ..Files::default()
             }),
@@ -182,20 +205,21 @@ impl PartFiles {
         dir.join(format!("{label:020}.{SUFFIX}"))
     }
 
-    /// Appends `bytes` to the file being written; returns where they are (counted as one
-    /// reference). A file is written until it holds [`FILE_BYTES`], or
-    /// [`CHECKPOINT_FILE_BYTES`] at a checkpoint.
-    pub fn append(&self, bytes: &[u8]) -> Result<PartRef> {
-        self.append_with(&mut |out| {
+    /// Puts `bytes` under `key` (replacing what was there).
+    pub fn put(&self, key: Vec<u8>, bytes: &[u8]) -> Result<PartRef> {
+        self.put_with(key, &mut |out| {
             out.write_all(bytes)
                 .map_err(|e| EngineError::io("cannot write a state part", e))
         })
     }
 
-    /// Appends what `write` writes, as [`Self::append`] does (an encoder writing straight to
-    /// the file, without a copy in memory first).
-    pub fn append_with(
+    /// Puts what `write` writes under `key` (replacing what was there): appended to the file
+    /// being written, which takes appends until it holds [`FILE_BYTES`], or
+    /// [`CHECKPOINT_FILE_BYTES`] at a checkpoint. `write` writes straight to the file, without
+    /// a copy in memory first.
+    pub fn put_with(
         &self,
+        key: Vec<u8>,
         write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
     ) -> Result<PartRef> {
         if self.read_only {
@@ -265,7 +289,58 @@ impl PartFiles {
         };
         files.lengths.insert(label, offset + len);
         *files.live.entry(label).or_default() += 1;
-        Ok(PartRef { label, offset, len })
+        let part = PartRef { label, offset, len };
+        if let Some(old) = files.index.insert(key, part) {
+            files.forget(self.dir.as_deref(), &old);
+        }
+        Ok(part)
+    }
+
+    /// Where the part under `key` is.
+    pub fn get(&self, key: &[u8]) -> Result<Option<PartRef>> {
+        Ok(self.lock()?.index.get(key).copied())
+    }
+
+    /// The parts with `lo <= key < hi`, in key order.
+    pub fn scan(&self, lo: &[u8], hi: &[u8]) -> Result<Vec<(Vec<u8>, PartRef)>> {
+        Ok(self
+            .lock()?
+            .index
+            .range::<[u8], _>((Bound::Included(lo), Bound::Excluded(hi)))
+            .map(|(k, p)| (k.clone(), *p))
+            .collect())
+    }
+
+    /// The smallest key with `lo <= key < hi`.
+    pub fn first_key(&self, lo: &[u8], hi: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .lock()?
+            .index
+            .range::<[u8], _>((Bound::Included(lo), Bound::Excluded(hi)))
+            .next()
+            .map(|(k, _)| k.clone()))
+    }
+
+    /// Drops the parts with `lo <= key < hi`: a file left with none is removed (unless it is
+    /// still being appended to).
+    pub fn delete_range(&self, lo: &[u8], hi: &[u8]) -> Result<()> {
+        if self.read_only {
+            return Err(EngineError::Internal(
+                "a state part deleted from a checkpoint".into(),
+            ));
+        }
+        let mut files = self.lock()?;
+        let doomed: Vec<Vec<u8>> = files
+            .index
+            .range::<[u8], _>((Bound::Included(lo), Bound::Excluded(hi)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in doomed {
+            if let Some(part) = files.index.remove(&key) {
+                files.forget(self.dir.as_deref(), &part);
+            }
+        }
+        Ok(())
     }
 
     /// The bytes `part` refers to.
@@ -292,29 +367,10 @@ impl PartFiles {
         Ok(bytes)
     }
 
-    /// A reference found in a restored store: its file stays while it is held.
-    pub fn retain(&self, part: &PartRef) -> Result<()> {
-        *self.lock()?.live.entry(part.label).or_default() += 1;
-        Ok(())
-    }
-
-    /// A reference's entry was deleted: a file left with none is removed (unless it is still
-    /// being appended to).
-    pub fn release(&self, part: &PartRef) -> Result<()> {
-        if self.read_only {
-            return Ok(());
-        }
-        let mut files = self.lock()?;
-        if let Some(n) = files.live.get_mut(&part.label) {
-            *n = n.saturating_sub(1);
-        }
-        files.collect(self.dir.as_deref(), part.label);
-        Ok(())
-    }
-
-    /// Writes the referenced files into `dir` (a checkpoint of the store, already created):
-    /// hard-links them, and removes the files nothing refers to any more. They are made
-    /// durable by [`sync_parts`], off the task's thread.
+    /// Writes the referenced files and the index into `dir` (a checkpoint of the store,
+    /// already created): hard-links the files, writes [`INDEX_FILE`] when there is anything
+    /// to index, and removes the files nothing refers to any more. They are made durable by
+    /// [`sync_parts`], off the task's thread.
     pub fn link_into(&self, dir: &Path) -> Result<()> {
         if self.read_only {
             return Err(EngineError::Internal(
@@ -340,6 +396,11 @@ impl PartFiles {
             let (from, to) = (Self::path(own, *label), Self::path(dir, *label));
             std::fs::hard_link(&from, &to).map_err(|e| io_error("cannot link", &from, e))?;
         }
+        if !files.index.is_empty() {
+            let path = dir.join(INDEX_FILE);
+            std::fs::write(&path, encode_index(&files.index))
+                .map_err(|e| io_error("cannot write", &path, e))?;
+        }
         Ok(())
     }
 
@@ -362,6 +423,14 @@ impl std::fmt::Debug for PartFiles {
 }
 
 impl Files {
+    /// An index entry referring to `part` went.
+    fn forget(&mut self, dir: Option<&Path>, part: &PartRef) {
+        if let Some(n) = self.live.get_mut(&part.label) {
+            *n = n.saturating_sub(1);
+        }
+        self.collect(dir, part.label);
+    }
+
     /// Removes the file of `label` when nothing refers to it and it is not being appended to.
     fn collect(&mut self, dir: Option<&Path>, label: u64) {
         if self.current == Some(label) || self.live.get(&label).copied().unwrap_or(0) > 0 {
@@ -377,6 +446,45 @@ impl Files {
             }
         }
     }
+}
+
+fn encode_index(index: &BTreeMap<Vec<u8>, PartRef>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + index.len() * 48);
+    out.extend_from_slice(INDEX_MAGIC);
+    out.extend_from_slice(&(index.len() as u64).to_be_bytes());
+    for (key, part) in index {
+        out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+        out.extend_from_slice(key);
+        for n in [part.label, part.offset, part.len] {
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+    }
+    out
+}
+
+/// The entries of an index [`encode_index`] wrote; `None` when it is damaged.
+fn decode_index(bytes: &[u8]) -> Option<Vec<(Vec<u8>, PartRef)>> {
+    let mut at = 0usize;
+    let mut take = |n: usize| {
+        let slice = bytes.get(at..at.checked_add(n)?)?;
+        at += n;
+        Some(slice)
+    };
+    if take(INDEX_MAGIC.len())? != INDEX_MAGIC {
+        return None;
+    }
+    let u64_of = |b: &[u8]| b.try_into().ok().map(u64::from_be_bytes);
+    let count = u64_of(take(8)?)?;
+    let mut entries = Vec::new();
+    for _ in 0..count {
+        let len = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+        let key = take(len)?.to_vec();
+        let label = u64_of(take(8)?)?;
+        let offset = u64_of(take(8)?)?;
+        let len = u64_of(take(8)?)?;
+        entries.push((key, PartRef { label, offset, len }));
+    }
+    (at == bytes.len()).then_some(entries)
 }
 
 /// A writer that counts the bytes written through it.
@@ -417,7 +525,7 @@ pub fn sync_parts(dir: &Path) -> Result<()> {
     let mut any = false;
     for entry in entries {
         let path = entry.map_err(|e| io_error("cannot read", dir, e))?.path();
-        if is_part_file(&path) {
+        if is_part_file(&path) || path.file_name().is_some_and(|n| n == INDEX_FILE) {
             File::open(&path)
                 .and_then(|f| f.sync_data())
                 .map_err(|e| io_error("cannot sync", &path, e))?;
@@ -446,6 +554,16 @@ mod tests {
         files.labels().unwrap()
     }
 
+    fn key(k: &str) -> Vec<u8> {
+        k.as_bytes().to_vec()
+    }
+
+    fn checkpoint(dir: &Path, name: &str) -> PathBuf {
+        let d = dir.join(name);
+        std::fs::create_dir(&d).unwrap();
+        d
+    }
+
     #[test]
     fn references_round_trip_and_inline_values_are_not_references() {
         let r = PartRef {
@@ -454,133 +572,144 @@ mod tests {
             len: 12,
         };
         assert_eq!(PartRef::decode(&r.encode()), Some(r));
-        let inline =
-            crate::state::encode_batch(&datafusion::arrow::record_batch::RecordBatch::new_empty(
-                std::sync::Arc::new(datafusion::arrow::datatypes::Schema::empty()),
-            ))
-            .unwrap();
+        let empty = datafusion::arrow::record_batch::RecordBatch::new_empty(std::sync::Arc::new(
+            datafusion::arrow::datatypes::Schema::empty(),
+        ));
+        let inline = crate::state::encode_batch(&empty).unwrap();
         assert_eq!(PartRef::decode(&inline), None);
         assert_eq!(PartRef::decode(b"WPRT"), None);
+        let mut index = BTreeMap::new();
+        index.insert(key("a"), r);
+        index.insert(Vec::new(), r);
+        let bytes = encode_index(&index);
+        assert_eq!(
+            decode_index(&bytes).unwrap(),
+            index.into_iter().collect::<Vec<_>>()
+        );
+        assert_eq!(decode_index(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(decode_index(b"WPIDX001"), None);
     }
 
     #[test]
-    fn a_file_goes_when_its_last_reference_is_released_and_it_is_written_no_more() {
+    fn a_file_goes_when_its_last_part_is_deleted_and_it_is_written_no_more() {
         for dir in [None, Some(tempfile::tempdir().unwrap())] {
             let files = match &dir {
                 Some(d) => PartFiles::in_dir(d.path()).unwrap(),
                 None => PartFiles::in_memory(),
             }
             .rotating_at(u64::MAX, 0);
-            let a = files.append(b"hello").unwrap();
-            let b = files.append(b"world").unwrap();
+            let a = files.put(key("a"), b"hello").unwrap();
+            let b = files.put(key("b"), b"world").unwrap();
             assert_eq!((a.label, a.offset, b.label, b.offset), (0, 0, 0, 5));
-            assert_eq!(files.read(&b).unwrap(), b"world");
-            files.release(&a).unwrap();
-            files.release(&b).unwrap();
+            assert_eq!(
+                files.read(&files.get(b"b").unwrap().unwrap()).unwrap(),
+                b"world"
+            );
+            assert_eq!(files.first_key(b"a0", b"z").unwrap(), Some(key("b")));
+            assert_eq!(files.scan(b"a", b"b").unwrap(), vec![(key("a"), a)]);
+            files.delete_range(b"a", b"c").unwrap();
+            assert!(files.scan(b"", b"z").unwrap().is_empty());
             // Still the file written to: it stays.
             assert_eq!(parts_in(&files), vec![0]);
-            let checkpoint = tempfile::tempdir().unwrap();
-            files.link_into(checkpoint.path()).unwrap();
+            let chk = tempfile::tempdir().unwrap();
+            files.link_into(chk.path()).unwrap();
             assert!(parts_in(&files).is_empty());
-            let c = files.append(b"!").unwrap();
+            let c = files.put(key("c"), b"!").unwrap();
             assert_eq!(parts_in(&files), vec![1]);
             assert_eq!(files.read(&c).unwrap(), b"!");
+            // A key put again lets go of its old part.
+            files.link_into(&checkpoint(chk.path(), "next")).unwrap();
+            files.put(key("c"), b"?").unwrap();
+            assert_eq!(parts_in(&files), vec![2]);
             if let Some(d) = &dir {
                 let on_disk: Vec<_> = std::fs::read_dir(d.path())
                     .unwrap()
                     .map(|e| e.unwrap().file_name())
                     .collect();
                 assert_eq!(on_disk.len(), 1, "{on_disk:?}");
-                assert_eq!(std::fs::read_dir(checkpoint.path()).unwrap().count(), 0);
             }
         }
     }
 
     #[test]
-    fn a_checkpoint_links_referenced_files_and_a_restore_keeps_what_it_retains() {
+    fn a_checkpoint_links_referenced_files_with_the_index_and_a_restore_reads_them() {
         let dir = tempfile::tempdir().unwrap();
-        let work = dir.path().join("work");
-        std::fs::create_dir(&work).unwrap();
+        let work = checkpoint(dir.path(), "work");
         let files = PartFiles::in_dir(&work).unwrap().rotating_at(u64::MAX, 0);
-        let checkpoint = |name: &str| {
-            let d = dir.path().join(name);
-            std::fs::create_dir(&d).unwrap();
-            d
-        };
-        let kept = files.append(b"kept").unwrap();
-        files.link_into(&checkpoint("chk0")).unwrap();
-        let gone = files.append(b"gone").unwrap();
-        files.link_into(&checkpoint("chk1")).unwrap();
-        let later = files.append(b"later").unwrap();
-        files.release(&gone).unwrap();
-        let chk = checkpoint("chk");
+        let kept = files.put(key("kept"), b"kept").unwrap();
+        files.link_into(&checkpoint(dir.path(), "chk0")).unwrap();
+        files.put(key("gone"), b"gone").unwrap();
+        files.link_into(&checkpoint(dir.path(), "chk1")).unwrap();
+        let later = files.put(key("later"), b"later").unwrap();
+        files.delete_range(b"gone", b"gone\0").unwrap();
+        let chk = checkpoint(dir.path(), "chk");
         files.link_into(&chk).unwrap();
-        assert_eq!((kept.label, gone.label, later.label), (0, 1, 2));
+        assert_eq!((kept.label, later.label), (0, 2));
         // Written after the checkpoint: a new file.
-        let more = files.append(b"more").unwrap();
+        let more = files.put(key("more"), b"more").unwrap();
         assert_eq!(more.label, 3);
-        files.release(&kept).unwrap();
-        // The working store lost file 0 (its last reference went), not the checkpoint.
+        files.delete_range(b"kept", b"kept\0").unwrap();
+        // The working store lost file 0 (its last part went), not the checkpoint.
         assert!(!PartFiles::path(&work, 0).exists());
         sync_parts(&chk).unwrap();
         sync_parts(&dir.path().join("missing")).unwrap();
         let read = PartFiles::read_only(&chk).unwrap();
         assert_eq!(parts_in(&read), vec![0, 2]);
+        let found = read.scan(b"", b"z").unwrap();
+        assert_eq!(found, vec![(key("kept"), kept), (key("later"), later)]);
         assert_eq!(read.read(&kept).unwrap(), b"kept");
         assert_eq!(read.read(&later).unwrap(), b"later");
-        read.release(&kept).unwrap();
-        assert!(read.append(b"x").is_err());
+        assert!(read.put(key("x"), b"x").is_err());
+        assert!(read.delete_range(b"", b"z").is_err());
         assert!(read.read(&more).is_err());
-        // Restored in place: the checkpoint's files linked into a new working directory.
-        let again = checkpoint("again");
-        for label in [0, 2] {
-            std::fs::hard_link(PartFiles::path(&chk, label), PartFiles::path(&again, label))
-                .unwrap();
+        // Restored in place: the checkpoint's files in a new working directory.
+        let again = checkpoint(dir.path(), "again");
+        for entry in std::fs::read_dir(&chk).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::hard_link(entry.path(), again.join(entry.file_name())).unwrap();
         }
         let restored = PartFiles::in_dir(&again).unwrap().rotating_at(u64::MAX, 0);
         // New files follow the restored ones.
-        restored.retain(&later).unwrap();
-        assert_eq!(restored.append(b"new").unwrap().label, 3);
-        // A restore that retains only file 2 drops file 0 at its first checkpoint.
-        let next = checkpoint("chk2");
+        assert_eq!(restored.put(key("new"), b"new").unwrap().label, 3);
+        restored.delete_range(b"kept", b"kept\0").unwrap();
+        let next = checkpoint(dir.path(), "chk2");
         restored.link_into(&next).unwrap();
         assert_eq!(parts_in(&restored), vec![2, 3]);
         assert!(!PartFiles::path(&again, 0).exists());
         assert!(PartFiles::path(&chk, 0).exists());
-        assert!(PartFiles::path(&next, 2).exists());
+        let read = PartFiles::read_only(&next).unwrap();
         assert_eq!(
-            PartFiles::read_only(&next).unwrap().read(&later).unwrap(),
+            read.read(&read.get(b"later").unwrap().unwrap()).unwrap(),
             b"later"
         );
+        assert_eq!(read.get(b"kept").unwrap(), None);
     }
 
     #[test]
     fn a_small_file_goes_on_after_a_checkpoint_and_a_full_one_does_not() {
         let dir = tempfile::tempdir().unwrap();
         let files = PartFiles::in_dir(dir.path()).unwrap().rotating_at(8, 4);
-        let a = files.append(b"abc").unwrap();
-        let chk = dir.path().join("chk");
-        std::fs::create_dir(&chk).unwrap();
+        let a = files.put(key("a"), b"abc").unwrap();
+        let chk = checkpoint(dir.path(), "chk");
         files.link_into(&chk).unwrap();
         // Three bytes: the file goes on, past what the checkpoint refers to.
-        let b = files.append(b"defgh").unwrap();
+        let b = files.put(key("b"), b"defgh").unwrap();
         assert_eq!((b.label, b.offset), (0, 3));
         let read = PartFiles::read_only(&chk).unwrap();
         assert_eq!(read.read(&a).unwrap(), b"abc");
+        assert_eq!(read.get(b"b").unwrap(), None);
         // Eight bytes: full.
-        let c = files.append(b"i").unwrap();
+        let c = files.put(key("c"), b"i").unwrap();
         assert_eq!((c.label, c.offset), (1, 0));
-        let chk2 = dir.path().join("chk2");
-        std::fs::create_dir(&chk2).unwrap();
-        files.link_into(&chk2).unwrap();
-        assert_eq!(files.append(b"j").unwrap().label, 1);
-        files.append(b"klm").unwrap();
-        let chk3 = dir.path().join("chk3");
-        std::fs::create_dir(&chk3).unwrap();
+        files.link_into(&checkpoint(dir.path(), "chk2")).unwrap();
+        assert_eq!(files.put(key("d"), b"j").unwrap().label, 1);
+        files.put(key("e"), b"klm").unwrap();
+        let chk3 = checkpoint(dir.path(), "chk3");
         files.link_into(&chk3).unwrap();
-        assert_eq!(files.append(b"n").unwrap().label, 2);
+        assert_eq!(files.put(key("f"), b"n").unwrap().label, 2);
+        let read = PartFiles::read_only(&chk3).unwrap();
         assert_eq!(
-            PartFiles::read_only(&chk3).unwrap().read(&b).unwrap(),
+            read.read(&read.get(b"b").unwrap().unwrap()).unwrap(),
             b"defgh"
         );
     }

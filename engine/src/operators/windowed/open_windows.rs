@@ -511,7 +511,13 @@ mod tests {
 
     fn stored_entries(handle: &StateHandle) -> usize {
         let (lo, hi) = handle.all();
-        handle.store().unwrap().scan(&lo, &hi).unwrap().len()
+        handle
+            .store()
+            .unwrap()
+            .parts()
+            .scan(&lo, &hi)
+            .unwrap()
+            .len()
     }
 
     fn to_part(_: usize, rows: BufferedRows) -> Result<Option<RecordBatch>> {

@@ -1,13 +1,14 @@
 //! How the state of windowed operators lives in the task's store.
 //!
-//! A window's state may be split over several *parts*, each one Arrow IPC batch written when
-//! the window was spilled for memory or snapshotted at a barrier: partial aggregates (group
+//! A window's state may be split over several *parts*, each an Arrow IPC stream of one or
+//! more batches written when the window was spilled for memory or snapshotted at a barrier: partial aggregates (group
 //! keys plus each accumulator's `state()` arrays) for an aggregation, buffered rows for a join
 //! or the emit-order step. The operator merges them back when the window fires. Keys are
 //! `prefix | end | epoch | counter`, big-endian, so the parts of a window are one key range:
 //! firing reads it, dropping it is one range delete, and windows come out of a scan in order
-//! of end. A part's bytes are in the store's part files ([`crate::state::PartFiles`]); its
-//! entry holds a [`PartRef`] (stores written before part files hold the bytes themselves).
+//! of end. Parts live in the task's part files ([`crate::state::PartFiles`]), not in RocksDB:
+//! they are large, written once and dropped soon (stores written before part files held them
+//! as entries; a restore moves those over).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,8 +24,7 @@ use crate::error::{EngineError, Result};
 use crate::message::EventTime;
 use crate::runtime::partition_of_rows;
 use crate::state::{
-    decode_batches, encode_batches_to, ChunkedWrites, PartRef, StateBackend, StateHandle,
-    WriteBatch,
+    decode_batches, encode_batches_to, PartRef, StateBackend, StateHandle, WriteBatch,
 };
 
 const END_LEN: usize = 8;
@@ -123,7 +123,7 @@ impl PartRoute {
 pub struct WindowStore {
     handle: StateHandle,
     /// Ends of windows with parts in the store, with the bytes of their parts (`None`: not
-    /// known, for windows found in a restored store).
+    /// known, for a window spread over buckets).
     stored: BTreeMap<EventTime, Option<u64>>,
     /// Label of parts written now: the epoch they belong to.
     epoch: u64,
@@ -155,21 +155,26 @@ impl WindowStore {
         Ok(me)
     }
 
-    /// Restored in place: finds the windows and their bytes, and holds the part files
-    /// their entries refer to.
+    /// Restored in place: finds the windows and their bytes. Parts a store written before
+    /// part files holds as entries move to the part files.
     fn find_stored(&mut self) -> Result<()> {
         let (lo, hi) = self.handle.all();
         let store = self.handle.store()?;
-        for (key, value) in store.scan(&lo, &hi)? {
+        let old = store.scan(&lo, &hi)?;
+        if !old.is_empty() {
+            for (key, value) in &old {
+                let bytes = entry_bytes(store.as_ref(), value)?;
+                store.parts().put(key.clone(), &bytes)?;
+            }
+            store.write(WriteBatch {
+                puts: vec![],
+                delete_ranges: vec![(lo.clone(), hi.clone())],
+                adds: vec![],
+            })?;
+        }
+        for (key, part) in store.parts().scan(&lo, &hi)? {
             let end = decode_end(&key[self.handle.prefix_len()..])?;
-            let bytes = match PartRef::decode(&value) {
-                Some(part) => {
-                    store.parts().retain(&part)?;
-                    part.len
-                }
-                None => value.len() as u64,
-            };
-            self.add_bytes(end, bytes as usize);
+            self.add_bytes(end, part.len as usize);
         }
         Ok(())
     }
@@ -184,21 +189,25 @@ impl WindowStore {
     ) -> Result<()> {
         let (lo, hi) = self.handle.all();
         let store = self.handle.store()?;
+        // Parts of a store written before part files are entries of the store.
+        let mut parts: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         for (key, value) in old.scan(&lo, &hi)? {
+            let bytes = entry_bytes(old, &value)?;
+            parts.push((key, bytes));
+        }
+        for (key, part) in old.parts().scan(&lo, &hi)? {
+            parts.push((key, old.parts().read(&part)?));
+        }
+        for (key, bytes) in parts {
             let end = decode_end(&key[self.handle.prefix_len()..])?;
-            for part in decode_batches(&part_bytes(old, value)?)? {
+            for part in decode_batches(&bytes)? {
                 let mine = route.rows_of(&part, end, instance, parallelism)?;
                 if mine.is_empty() {
                     continue;
                 }
                 let kept = take_record_batch(&part, &UInt32Array::from(mine))?;
                 let key = self.next_key(end, 0);
-                let value = self.put_part(store.as_ref(), end, &[kept])?;
-                store.write(WriteBatch {
-                    puts: vec![(key, value)],
-                    delete_ranges: vec![],
-                    adds: vec![],
-                })?;
+                self.put_part(store.as_ref(), key, end, &[kept])?;
             }
         }
         Ok(())
@@ -213,40 +222,34 @@ impl WindowStore {
         self.handle.key(&suffix)
     }
 
-    /// Writes partial states of windows (one part each) in writes of a few megabytes
-    /// ([`ChunkedWrites`]): the parts of all windows together sat in RocksDB's write batch and
-    /// then in one oversized memtable. No atomicity is needed: the store is read back by this
-    /// operator or through a checkpoint taken after the last write. (Cutting large parts
-    /// into 1 MB pieces as well made q7 at parallelism 1 from files, which spills, take
-    /// minutes instead of 4 s; why, in the firing of many-part windows, is not known yet.)
+    /// Writes partial states of windows (one part each: batches of one layout, written as
+    /// they are, not concatenated) to the task's part files.
     pub fn write_parts(&mut self, parts: Vec<(EventTime, Vec<RecordBatch>)>) -> Result<()> {
         if parts.is_empty() {
             return Ok(());
         }
         let store = self.handle.store()?;
-        let mut writes = ChunkedWrites::new(store.as_ref());
         for (end, part) in parts {
             if part.is_empty() {
                 continue;
             }
             let key = self.next_key(end, self.epoch);
-            let value = self.put_part(store.as_ref(), end, &part)?;
-            writes.put(key, value)?;
+            self.put_part(store.as_ref(), key, end, &part)?;
         }
-        writes.finish()
+        Ok(())
     }
 
-    /// Writes a part of the window ending at `end` (batches of one layout, written as they
-    /// are: not concatenated) to the part files; returns its entry's value.
+    /// Writes a part of the window ending at `end` under `key`.
     fn put_part(
         &mut self,
         store: &dyn StateBackend,
+        key: Vec<u8>,
         end: EventTime,
         part: &[RecordBatch],
-    ) -> Result<Vec<u8>> {
-        let part = write_part(store, part)?;
+    ) -> Result<()> {
+        let part = write_part(store, key, part)?;
         self.add_bytes(end, part.len as usize);
-        Ok(part.encode())
+        Ok(())
     }
 
     fn add_bytes(&mut self, end: EventTime, bytes: usize) {
@@ -256,8 +259,7 @@ impl WindowStore {
         }
     }
 
-    /// Bytes of the stored parts of the window ending at `end` (read from the store when not
-    /// known: a window of a restored store).
+    /// Bytes of the stored parts of the window ending at `end`.
     pub fn stored_bytes(&mut self, end: EventTime) -> Result<u64> {
         match self.stored.get(&end) {
             None => Ok(0),
@@ -265,10 +267,12 @@ impl WindowStore {
             Some(None) => {
                 let (lo, hi) = self.window_range(end);
                 let store = self.handle.store()?;
-                let mut bytes = 0u64;
-                for (_, value) in store.scan(&lo, &hi)? {
-                    bytes += PartRef::decode(&value).map_or(value.len() as u64, |p| p.len);
-                }
+                let bytes = store
+                    .parts()
+                    .scan(&lo, &hi)?
+                    .iter()
+                    .map(|(_, p)| p.len)
+                    .sum();
                 self.stored.insert(end, Some(bytes));
                 Ok(bytes)
             }
@@ -297,7 +301,8 @@ impl WindowStore {
         (at(label), at(label + 1))
     }
 
-    /// Calls `visit` with each stored part of the window ending at `end`, one at a time.
+    /// Calls `visit` with each stored batch of the window ending at `end`, one part at a
+    /// time.
     pub fn for_each_part(
         &self,
         end: EventTime,
@@ -307,11 +312,9 @@ impl WindowStore {
         let store = self.handle.store()?;
         let (lo, _) = self.window_range(end);
         let (spread_lo, _) = self.bucket_range(end, 0);
-        for key in part_keys(store.as_ref(), &lo, &spread_lo)? {
-            if let Some(value) = store.get(&key)? {
-                for part in checked_part(&part_bytes(store.as_ref(), value)?, schema)? {
-                    visit(part)?;
-                }
+        for (_, part) in store.parts().scan(&lo, &spread_lo)? {
+            for batch in checked_part(&store.parts().read(&part)?, schema)? {
+                visit(batch)?;
             }
         }
         Ok(())
@@ -333,46 +336,35 @@ impl WindowStore {
         let (lo, _) = self.window_range(end);
         let (spread_lo, _) = self.bucket_range(end, 0);
         let mut counter = 0u32;
-        let mut rewrite = |part: &RecordBatch, me: &Self| -> Result<WriteBatch> {
+        let mut rewrite = |part: &RecordBatch, me: &Self| -> Result<()> {
             let mut rows: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
             for (row, bucket) in assign(part)?.into_iter().enumerate() {
                 rows.entry(bucket.min(MAX_BUCKETS - 1))
                     .or_default()
                     .push(row as u32);
             }
-            let mut batch = WriteBatch::default();
             for (bucket, rows) in rows {
                 let piece = take_record_batch(part, &UInt32Array::from(rows))?;
                 counter += 1;
                 let mut key = me.bucket_range(end, bucket).0;
                 key.extend_from_slice(&counter.to_be_bytes());
-                batch
-                    .puts
-                    .push((key, write_part(store.as_ref(), &[piece])?.encode()));
+                write_part(store.as_ref(), key, &[piece])?;
             }
-            Ok(batch)
+            Ok(())
         };
-        for key in part_keys(store.as_ref(), &lo, &spread_lo)? {
-            let Some(value) = store.get(&key)? else {
-                continue;
-            };
-            for part in decode_batches(&part_bytes(store.as_ref(), value.clone())?)? {
-                for slice in slices(&part) {
-                    store.write(rewrite(&slice, self)?)?;
+        for (key, part) in store.parts().scan(&lo, &spread_lo)? {
+            for batch in decode_batches(&store.parts().read(&part)?)? {
+                for slice in slices(&batch) {
+                    rewrite(&slice, self)?;
                 }
             }
             let mut after = key.clone();
             after.push(0);
-            store.write(WriteBatch {
-                puts: vec![],
-                delete_ranges: vec![(key, after)],
-                adds: vec![],
-            })?;
-            release(store.as_ref(), &value)?;
+            store.parts().delete_range(&key, &after)?;
         }
         if let Some(part) = extra {
             for slice in slices(&part) {
-                store.write(rewrite(&slice, self)?)?;
+                rewrite(&slice, self)?;
             }
         }
         self.stored.insert(end, None);
@@ -393,23 +385,13 @@ impl WindowStore {
     /// Reads and deletes the parts in `lo..hi`.
     fn take_range(&self, lo: Vec<u8>, hi: Vec<u8>, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
         let store = self.handle.store()?;
-        let entries = store.scan(&lo, &hi)?;
-        let mut parts = Vec::with_capacity(entries.len());
-        for (_, value) in &entries {
-            parts.extend(checked_part(
-                &part_bytes(store.as_ref(), value.clone())?,
-                schema,
-            )?);
+        let parts = store.parts();
+        let mut batches = Vec::new();
+        for (_, part) in parts.scan(&lo, &hi)? {
+            batches.extend(checked_part(&parts.read(&part)?, schema)?);
         }
-        store.write(WriteBatch {
-            puts: vec![],
-            delete_ranges: vec![(lo, hi)],
-            adds: vec![],
-        })?;
-        for (_, value) in &entries {
-            release(store.as_ref(), value)?;
-        }
-        Ok(parts)
+        parts.delete_range(&lo, &hi)?;
+        Ok(batches)
     }
 
     /// Drops whatever is left of the window ending at `end`.
@@ -418,17 +400,7 @@ impl WindowStore {
             return Ok(());
         }
         let (lo, hi) = self.window_range(end);
-        let store = self.handle.store()?;
-        let entries = store.scan(&lo, &hi)?;
-        store.write(WriteBatch {
-            puts: vec![],
-            delete_ranges: vec![(lo, hi)],
-            adds: vec![],
-        })?;
-        for (_, value) in &entries {
-            release(store.as_ref(), value)?;
-        }
-        Ok(())
+        self.handle.store()?.parts().delete_range(&lo, &hi)
     }
 
     /// A barrier of `epoch` passed: later parts belong to the next epoch.
@@ -470,20 +442,12 @@ impl WindowStore {
     }
 }
 
-/// A part's bytes, from its entry's value: read from the part files it refers to, or the
-/// value itself (a store written before part files).
-fn part_bytes(store: &dyn StateBackend, value: Vec<u8>) -> Result<Vec<u8>> {
-    match PartRef::decode(&value) {
-        Some(part) => store.parts().read(&part),
-        None => Ok(value),
-    }
-}
-
-/// A part's entry was deleted: its part file may go.
-fn release(store: &dyn StateBackend, value: &[u8]) -> Result<()> {
+/// A part's bytes from an entry of a store written before part files: the part itself, or a
+/// reference into the store's part files.
+fn entry_bytes(store: &dyn StateBackend, value: &[u8]) -> Result<Vec<u8>> {
     match PartRef::decode(value) {
-        Some(part) => store.parts().release(&part),
-        None => Ok(()),
+        Some(part) => store.parts().read(&part),
+        None => Ok(value.to_vec()),
     }
 }
 
@@ -512,27 +476,15 @@ fn checked_part(value: &[u8], schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
     Ok(batches)
 }
 
-/// Writes batches of one layout to the store's part files as one part.
-fn write_part(store: &dyn StateBackend, batches: &[RecordBatch]) -> Result<PartRef> {
+/// Writes batches of one layout to the store's part files as one part, under `key`.
+fn write_part(store: &dyn StateBackend, key: Vec<u8>, batches: &[RecordBatch]) -> Result<PartRef> {
     let schema = match batches.first() {
         Some(b) => b.schema(),
         None => return Err(EngineError::Internal("an empty window part".into())),
     };
     store
         .parts()
-        .append_with(&mut |out| encode_batches_to(out, &schema, batches))
-}
-
-/// The keys in `lo..hi`, without reading values (a window has few parts, each large).
-fn part_keys(store: &dyn StateBackend, lo: &[u8], hi: &[u8]) -> Result<Vec<Vec<u8>>> {
-    let mut keys = Vec::new();
-    let mut from = lo.to_vec();
-    while let Some(key) = store.first_key(&from, hi)? {
-        from = key.clone();
-        from.push(0);
-        keys.push(key);
-    }
-    Ok(keys)
+        .put_with(key, &mut |out| encode_batches_to(out, &schema, batches))
 }
 
 #[cfg(test)]
@@ -569,7 +521,7 @@ mod tests {
         assert!(store.take(10, &schema).unwrap().is_empty());
         // Only the window ending at 20 is left in the store.
         let (lo, hi) = handle.all();
-        let left = handle.store().unwrap().scan(&lo, &hi).unwrap();
+        let left = handle.store().unwrap().parts().scan(&lo, &hi).unwrap();
         assert_eq!(left.len(), 1);
         assert_eq!(decode_end(&left[0].0[1..]).unwrap(), 20);
     }
@@ -614,6 +566,8 @@ mod tests {
         store.next_epoch(1);
         let checkpoint = dir.path().join("chk1");
         handle.store().unwrap().checkpoint_to(&checkpoint).unwrap();
+        // Nothing was written to RocksDB: its checkpoint was skipped.
+        assert!(!checkpoint.join("CURRENT").exists());
         // After the checkpoint: a window fires, another gets more rows.
         let schema = part(&[]).schema();
         assert_eq!(values(&store.take(10, &schema).unwrap()), vec![1, 2, 3]);
@@ -651,8 +605,7 @@ mod tests {
         // At another parallelism: each instance keeps the rows routed to it.
         let mut all = [Vec::new(), Vec::new()];
         for instance in 0..3 {
-            let old: Arc<dyn StateBackend> =
-                Arc::new(RocksDbStateBackend::open_read_only(&checkpoint).unwrap());
+            let old = crate::state::open_checkpoint(&checkpoint).unwrap();
             let restore = RestoreSet {
                 stores: vec![old],
                 repartition: Some((instance, 3)),
@@ -672,5 +625,46 @@ mod tests {
         }
         all.iter_mut().for_each(|v| v.sort_unstable());
         assert_eq!(all, [vec![1, 2, 3], vec![4]]);
+    }
+
+    #[test]
+    fn parts_a_store_held_as_entries_are_read_in_place_and_at_another_parallelism() {
+        use crate::state::{encode_batch, MemoryStateBackend, RestoreSet, TaskState};
+        // A store written before part files: the part is an entry of the store.
+        let legacy = || {
+            let store = Arc::new(MemoryStateBackend::default());
+            let mut key = vec![0u8];
+            key.extend_from_slice(&encode_end(10));
+            key.extend_from_slice(&1u64.to_be_bytes());
+            key.extend_from_slice(&1u32.to_be_bytes());
+            store
+                .write(WriteBatch {
+                    puts: vec![(key, encode_batch(&part(&[7, 8])).unwrap())],
+                    ..WriteBatch::default()
+                })
+                .unwrap();
+            store
+        };
+        let schema = part(&[]).schema();
+        let open = |working: Arc<MemoryStateBackend>, restore: RestoreSet| {
+            let task = TaskState::with_store(working, Some(restore));
+            WindowStore::open(StateHandle::new(Arc::new(task), 0), PartRoute::Keys(1), 1).unwrap()
+        };
+        let old = legacy();
+        let restore = RestoreSet {
+            stores: vec![old.clone() as Arc<dyn StateBackend>],
+            repartition: None,
+        };
+        let mut store = open(Arc::clone(&old), restore);
+        // Moved over: the entry went, the part files hold it.
+        assert!(old.scan(&[0], &[1]).unwrap().is_empty());
+        assert_eq!(old.parts().scan(&[0], &[1]).unwrap().len(), 1);
+        assert_eq!(values(&store.take(10, &schema).unwrap()), vec![7, 8]);
+        let restore = RestoreSet {
+            stores: vec![legacy() as Arc<dyn StateBackend>],
+            repartition: Some((0, 1)),
+        };
+        let mut store = open(Arc::new(MemoryStateBackend::default()), restore);
+        assert_eq!(values(&store.take(10, &schema).unwrap()), vec![7, 8]);
     }
 }
