@@ -25,10 +25,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{EngineError, Result};
 
-/// First bytes of an encoded [`PartRef`]. A value written inline (Arrow IPC stream, which
-/// starts with the continuation marker 0xFFFFFFFF) never starts with them.
-const MAGIC: &[u8; 4] = b"WPRT";
-const REF_LEN: usize = MAGIC.len() + 3 * 8;
+/// Extension of a part file (`<label>.wparts`).
 const SUFFIX: &str = "wparts";
 /// The index of a checkpoint's parts, in the checkpoint's directory.
 pub const INDEX_FILE: &str = "parts.index";
@@ -50,31 +47,6 @@ pub struct PartRef {
     pub label: u64,
     pub offset: u64,
     pub len: u64,
-}
-
-impl PartRef {
-    /// The reference as a store value.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(REF_LEN);
-        v.extend_from_slice(MAGIC);
-        v.extend_from_slice(&self.label.to_be_bytes());
-        v.extend_from_slice(&self.offset.to_be_bytes());
-        v.extend_from_slice(&self.len.to_be_bytes());
-        v
-    }
-
-    /// The reference a store value holds, `None` for a value written inline.
-    pub fn decode(value: &[u8]) -> Option<Self> {
-        if value.len() != REF_LEN || !value.starts_with(MAGIC) {
-            return None;
-        }
-        let n = |at: usize| u64::from_be_bytes(value[at..at + 8].try_into().expect("eight bytes"));
-        Some(Self {
-            label: n(4),
-            offset: n(12),
-            len: n(20),
-        })
-    }
 }
 
 /// The part files of one store: in a directory (the store's own), or in memory (unit tests).
@@ -565,19 +537,12 @@ mod tests {
     }
 
     #[test]
-    fn references_round_trip_and_inline_values_are_not_references() {
+    fn an_index_reads_back_and_a_damaged_one_is_refused() {
         let r = PartRef {
             label: 7,
             offset: 1 << 40,
             len: 12,
         };
-        assert_eq!(PartRef::decode(&r.encode()), Some(r));
-        let empty = datafusion::arrow::record_batch::RecordBatch::new_empty(std::sync::Arc::new(
-            datafusion::arrow::datatypes::Schema::empty(),
-        ));
-        let inline = crate::state::encode_batch(&empty).unwrap();
-        assert_eq!(PartRef::decode(&inline), None);
-        assert_eq!(PartRef::decode(b"WPRT"), None);
         let mut index = BTreeMap::new();
         index.insert(key("a"), r);
         index.insert(Vec::new(), r);

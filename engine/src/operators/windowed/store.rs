@@ -163,8 +163,7 @@ impl WindowStore {
         let old = store.scan(&lo, &hi)?;
         if !old.is_empty() {
             for (key, value) in &old {
-                let bytes = entry_bytes(store.as_ref(), value)?;
-                store.parts().put(key.clone(), &bytes)?;
+                store.parts().put(key.clone(), value)?;
             }
             store.write(WriteBatch {
                 puts: vec![],
@@ -190,11 +189,7 @@ impl WindowStore {
         let (lo, hi) = self.handle.all();
         let store = self.handle.store()?;
         // Parts of a store written before part files are entries of the store.
-        let mut parts: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for (key, value) in old.scan(&lo, &hi)? {
-            let bytes = entry_bytes(old, &value)?;
-            parts.push((key, bytes));
-        }
+        let mut parts: Vec<(Vec<u8>, Vec<u8>)> = old.scan(&lo, &hi)?;
         for (key, part) in old.parts().scan(&lo, &hi)? {
             parts.push((key, old.parts().read(&part)?));
         }
@@ -439,15 +434,6 @@ impl WindowStore {
         }
         let (lo, hi) = self.window_range(end);
         self.take_range(lo, hi, schema)
-    }
-}
-
-/// A part's bytes from an entry of a store written before part files: the part itself, or a
-/// reference into the store's part files.
-fn entry_bytes(store: &dyn StateBackend, value: &[u8]) -> Result<Vec<u8>> {
-    match PartRef::decode(value) {
-        Some(part) => store.parts().read(&part),
-        None => Ok(value.to_vec()),
     }
 }
 
