@@ -311,7 +311,7 @@ fn link_copy(from: &Path, to: &Path) -> Result<()> {
         let entry = entry.map_err(|e| io("cannot read", from, e))?;
         let src = entry.path();
         let dst = to.join(entry.file_name());
-        // Part files are immutable too: the working store appends to files of later epochs.
+        // Part files too: a restored store never appends to them (it writes new files).
         let immutable = src.extension().is_some_and(|e| e == "sst") || is_part_file(&src);
         let linked = immutable && std::fs::hard_link(&src, &dst).is_ok();
         if !linked {

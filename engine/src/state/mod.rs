@@ -61,9 +61,9 @@ pub trait StateBackend: Send + Sync {
             .collect()
     }
     /// Writes a consistent copy of the whole store to `dir` (which must not exist yet), with
-    /// the part files its entries refer to.
+    /// its part files and their index.
     fn checkpoint_to(&self, dir: &Path) -> Result<()>;
-    /// Large values kept beside the store, referred to by small entries in it
+    /// Large, short-lived values kept in files beside the store, indexed in memory
     /// ([`PartFiles`]: window parts).
     fn parts(&self) -> &PartFiles;
 }

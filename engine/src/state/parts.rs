@@ -512,8 +512,8 @@ pub fn sync_parts(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Whether `path` is a part file (immutable once its epoch passed: a checkpoint copy may
-/// hard-link it).
+/// Whether `path` is a part file (a restore may hard-link it: a restored store never appends
+/// to the files it found, it writes new ones).
 pub fn is_part_file(path: &Path) -> bool {
     label_of(path).is_some()
 }
