@@ -11,13 +11,13 @@
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
-    ArrayBuilder, ArrayRef, Int64Builder, StringBuilder, TimestampNanosecondBuilder,
+    ArrayBuilder, ArrayRef, BinaryBuilder, Int64Builder, StringArray, TimestampNanosecondBuilder,
 };
 use nexmark::config::NexmarkConfig;
-use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
+use super::rng::{EventRng, Lanes};
 use super::Stream;
 
 /// Fraction of people / auctions that are hot sellers, bidders, auctions: one in these.
@@ -56,8 +56,7 @@ impl EventConfig {
 
     /// Event time (ms) of the `event_number`-th event.
     fn timestamp(&self, event_number: usize) -> u64 {
-        self.cfg.base_time
-            + ((event_number as f32 * self.inter_event_delay) / 1000.0).round() as u64
+        self.cfg.base_time + round((event_number as f32 * self.inter_event_delay) / 1000.0)
     }
 
     /// The event number of the `offset`-th event of `stream` (the crate's `global_offset`).
@@ -91,7 +90,7 @@ impl EventConfig {
         epoch * c.person_proportion + offset
     }
 
-    fn person_next_id(&self, event_id: usize, rng: &mut SmallRng) -> usize {
+    fn person_next_id(&self, event_id: usize, rng: &mut EventRng) -> usize {
         let people = self.person_last_id(event_id) + 1;
         let active = people.min(self.cfg.active_people);
         people - active + rng.gen_range(0..active + self.cfg.person_id_lead)
@@ -112,7 +111,7 @@ impl EventConfig {
         epoch * c.auction_proportion + offset
     }
 
-    fn auction_next_id(&self, event_id: usize, rng: &mut SmallRng) -> usize {
+    fn auction_next_id(&self, event_id: usize, rng: &mut EventRng) -> usize {
         let max = self.auction_last_id(event_id);
         let min = max.saturating_sub(self.cfg.in_flight_auctions);
         min + rng.gen_range(0..max - min + 1 + self.cfg.auction_id_lead)
@@ -120,51 +119,78 @@ impl EventConfig {
 }
 
 /// Letters `a..=z`, `n` draws, as the crate's `gen_exact_string`; appended to `out` if given.
-fn letters(rng: &mut SmallRng, n: usize, out: Option<&mut Vec<u8>>) {
+fn letters(rng: &mut EventRng, n: usize, out: Option<&mut Vec<u8>>) {
     match out {
-        Some(out) => out.extend((0..n).map(|_| rng.gen_range(b'a'..=b'z'))),
+        Some(out) => out.extend((0..n).map(|_| rng.letter())),
         None => (0..n).for_each(|_| {
-            rng.gen_range(b'a'..=b'z');
+            rng.letter();
         }),
     }
 }
 
-/// The crate's `gen_next_extra`: letters making the event about `average` bytes.
-fn extra(rng: &mut SmallRng, current: usize, average: usize, out: Option<&mut Vec<u8>>) {
+/// Room for an event's strings, and its `extra` waiting to be drawn with other events'.
+#[derive(Default)]
+struct Scratch {
+    bytes: Vec<u8>,
+    extras: Lanes,
+}
+
+impl Scratch {
+    /// The crate's `gen_next_extra` (letters making the event about `average` bytes), the
+    /// event's last draws: queued, drawn with the next events' (see `ArrowGenerator::batch`).
+    fn extra(&mut self, rng: &EventRng, current: usize, average: usize) {
+        let mut rng = rng.clone();
+        let n = extra_len(&mut rng, current, average);
+        self.extras.push(rng, n);
+    }
+}
+
+/// How many letters the crate's `gen_next_extra` draws (drawn itself).
+fn extra_len(rng: &mut EventRng, current: usize, average: usize) -> usize {
     if current > average {
-        return;
+        return 0;
     }
     let average = average - current;
     let delta = (average + 2) / 5;
-    let size = average - delta
+    average - delta
         + if delta == 0 {
             0
         } else {
             rng.gen_range(0..2 * delta)
-        };
-    letters(rng, size, out);
+        }
 }
 
 /// The crate's `gen_price`.
-fn price(rng: &mut SmallRng) -> usize {
-    (10.0_f32.powf(rng.gen::<f32>() * 6.0) * 100.0).round() as usize
+fn price(rng: &mut EventRng) -> usize {
+    round(10.0_f32.powf(rng.gen::<f32>() * 6.0) * 100.0) as usize
+}
+
+/// `x.round() as u64` for the generator's non-negative values (half away from zero, as
+/// `f32::round`), without the libm call `round` is on x86-64 without SSE4.1: below 2^23 the
+/// truncation and the fraction `x - t` are exact, above it `x` is a whole number.
+fn round(x: f32) -> u64 {
+    if x >= 8_388_608.0 {
+        return x as u64;
+    }
+    let t = x as u64;
+    t + u64::from(x - t as f32 >= 0.5)
 }
 
 /// The crate's `gen_string_with_delimiter`.
-fn delimited(rng: &mut SmallRng, max: usize, delimiter: char, out: &mut String) {
+fn delimited(rng: &mut EventRng, max: usize, delimiter: char, out: &mut String) {
     let len = rng.gen_range(3..max);
     for _ in 0..len {
         if rng.gen_range(0..13) == 0 {
             out.push(delimiter);
         } else {
-            out.push(rng.gen_range(b'a'..=b'z') as char);
+            out.push(rng.letter() as char);
         }
     }
 }
 
 /// The crate's `get_base_url`.
 fn base_url(seed: u64) -> String {
-    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut rng = EventRng::seed_from_u64(seed);
     let mut url = String::from("https://www.nexmark.com/");
     for i in 0..3 {
         if i > 0 {
@@ -183,7 +209,7 @@ fn channel_urls() -> &'static [(String, String)] {
         (0..CHANNELS)
             .map(|i| {
                 let mut url = base_url(i as u64);
-                let mut rng = SmallRng::seed_from_u64(i as u64);
+                let mut rng = EventRng::seed_from_u64(i as u64);
                 if rng.gen_range(0..10) > 0 {
                     url.push_str("&channel_id=");
                     url.push_str(&((i as i32).reverse_bits() as i64).abs().to_string());
@@ -194,10 +220,11 @@ fn channel_urls() -> &'static [(String, String)] {
     })
 }
 
-/// Builders of one stream's columns; a column not wanted stays empty.
+/// Builders of one stream's columns; a column not wanted stays empty. Strings are built as
+/// bytes and checked as UTF-8 once per column ([`finish_strings`]), not once per value.
 struct Columns {
     ints: Vec<Int64Builder>,
-    strings: Vec<StringBuilder>,
+    strings: Vec<BinaryBuilder>,
     times: Vec<TimestampNanosecondBuilder>,
 }
 
@@ -206,7 +233,7 @@ impl Columns {
         Self {
             ints: (0..ints).map(|_| Int64Builder::with_capacity(n)).collect(),
             strings: (0..strings)
-                .map(|_| StringBuilder::with_capacity(n, n * 16))
+                .map(|_| BinaryBuilder::with_capacity(n, n * 16))
                 .collect(),
             times: (0..times)
                 .map(|_| TimestampNanosecondBuilder::with_capacity(n))
@@ -277,34 +304,44 @@ impl ArrowGenerator {
         n: usize,
         limit: Option<u64>,
     ) -> (Vec<ArrayRef>, usize) {
-        let mut scratch = Vec::with_capacity(128);
-        // The events' numbers (over all streams), each written by `write`.
-        let mut fill = |c: &mut Columns, write: fn(&Self, usize, &mut Columns, &mut Vec<u8>)| {
-            let mut taken = 0;
-            while taken < n {
-                let number = self.config.event_number(self.stream, *offset);
-                if limit.is_some_and(|l| number as u64 >= l) {
-                    break;
+        let mut scratch = Scratch::default();
+        // The events' numbers (over all streams), each written by `write`; their `extra`
+        // strings go to the string column `extra` as lanes of them are drawn.
+        let mut fill =
+            |c: &mut Columns, write: fn(&Self, usize, &mut Columns, &mut Scratch), extra: usize| {
+                let mut taken = 0;
+                while taken < n {
+                    let number = self.config.event_number(self.stream, *offset);
+                    if limit.is_some_and(|l| number as u64 >= l) {
+                        break;
+                    }
+                    write(self, number, c, &mut scratch);
+                    if scratch.extras.is_full() {
+                        scratch
+                            .extras
+                            .draw(|letters| c.strings[extra].append_value(letters));
+                    }
+                    *offset += step;
+                    taken += 1;
                 }
-                write(self, number, c, &mut scratch);
-                *offset += step;
-                taken += 1;
-            }
-            taken
-        };
+                scratch
+                    .extras
+                    .draw(|letters| c.strings[extra].append_value(letters));
+                taken
+            };
         match self.stream {
             Stream::Bid => {
                 let mut c = Columns::new(n, 3, 3, 1);
-                let taken = fill(&mut c, Self::bid);
-                let (i, s, t) = (finish(c.ints), finish(c.strings), finish(c.times));
+                let taken = fill(&mut c, Self::bid, 2);
+                let (i, s, t) = (finish(c.ints), finish_strings(c.strings), finish(c.times));
                 // auction, bidder, price, channel, url, date_time, extra
                 let columns = owned(&[&i[0], &i[1], &i[2], &s[0], &s[1], &t[0], &s[2]]);
                 (columns, taken)
             }
             Stream::Auction => {
                 let mut c = Columns::new(n, 5, 3, 2);
-                let taken = fill(&mut c, Self::auction);
-                let (i, s, t) = (finish(c.ints), finish(c.strings), finish(c.times));
+                let taken = fill(&mut c, Self::auction, 2);
+                let (i, s, t) = (finish(c.ints), finish_strings(c.strings), finish(c.times));
                 // id, item_name, description, initial_bid, reserve, date_time, expires,
                 // seller, category, extra
                 let columns = owned(&[
@@ -314,8 +351,8 @@ impl ArrowGenerator {
             }
             Stream::Person => {
                 let mut c = Columns::new(n, 1, 6, 1);
-                let taken = fill(&mut c, Self::person);
-                let (i, s, t) = (finish(c.ints), finish(c.strings), finish(c.times));
+                let taken = fill(&mut c, Self::person, 5);
+                let (i, s, t) = (finish(c.ints), finish_strings(c.strings), finish(c.times));
                 // id, name, email_address, credit_card, city, state, date_time, extra
                 let columns = owned(&[&i[0], &s[0], &s[1], &s[2], &s[3], &s[4], &t[0], &s[5]]);
                 (columns, taken)
@@ -328,7 +365,7 @@ impl ArrowGenerator {
         k < self.last_drawn
     }
 
-    fn bid(&self, number: usize, c: &mut Columns, scratch: &mut Vec<u8>) {
+    fn bid(&self, number: usize, c: &mut Columns, scratch: &mut Scratch) {
         let cfg = &self.config;
         let nex = &cfg.cfg;
         let event_id = nex.first_event_id + number;
@@ -337,7 +374,7 @@ impl ArrowGenerator {
         if !self.draws(0) {
             return;
         }
-        let rng = &mut SmallRng::seed_from_u64(event_id as u64);
+        let rng = &mut EventRng::seed_from_u64(event_id as u64);
         let auction = if 0 < rng.gen_range(0..nex.hot_auction_ratio) {
             (cfg.auction_last_id(event_id) / HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO
         } else {
@@ -385,12 +422,10 @@ impl ArrowGenerator {
         if !self.draws(4) {
             return;
         }
-        scratch.clear();
-        extra(rng, 32, nex.avg_bid_byte_size, Some(scratch));
-        c.strings[2].append_value(ascii(scratch));
+        scratch.extra(rng, 32, nex.avg_bid_byte_size);
     }
 
-    fn auction(&self, number: usize, c: &mut Columns, scratch: &mut Vec<u8>) {
+    fn auction(&self, number: usize, c: &mut Columns, scratch: &mut Scratch) {
         let cfg = &self.config;
         let nex = &cfg.cfg;
         let event_id = nex.first_event_id + number;
@@ -401,16 +436,16 @@ impl ArrowGenerator {
         if !self.draws(0) {
             return;
         }
-        let rng = &mut SmallRng::seed_from_u64(event_id as u64);
+        let rng = &mut EventRng::seed_from_u64(event_id as u64);
         // item_name (20 letters), description (100).
         for (k, len, col) in [(0, 20, 1), (1, 100, 2)] {
             if k > 0 && !self.draws(k) {
                 return;
             }
             if w[col] {
-                scratch.clear();
-                letters(rng, len, Some(scratch));
-                c.strings[k].append_value(ascii(scratch));
+                scratch.bytes.clear();
+                letters(rng, len, Some(&mut scratch.bytes));
+                c.strings[k].append_value(&scratch.bytes);
             } else {
                 letters(rng, len, None);
             }
@@ -460,17 +495,10 @@ impl ArrowGenerator {
         if !self.draws(7) {
             return;
         }
-        scratch.clear();
-        extra(
-            rng,
-            8 + 20 + 100 + 40,
-            nex.avg_auction_byte_size,
-            Some(scratch),
-        );
-        c.strings[2].append_value(ascii(scratch));
+        scratch.extra(rng, 8 + 20 + 100 + 40, nex.avg_auction_byte_size);
     }
 
-    fn person(&self, number: usize, c: &mut Columns, scratch: &mut Vec<u8>) {
+    fn person(&self, number: usize, c: &mut Columns, scratch: &mut Scratch) {
         let cfg = &self.config;
         let nex = &cfg.cfg;
         let event_id = nex.first_event_id + number;
@@ -480,29 +508,31 @@ impl ArrowGenerator {
         if !self.draws(0) {
             return;
         }
-        let rng = &mut SmallRng::seed_from_u64(event_id as u64);
+        let rng = &mut EventRng::seed_from_u64(event_id as u64);
         let first = nex.first_names.choose(rng).expect("first names");
         let last = nex.last_names.choose(rng).expect("last names");
         let mut size = 8 + first.len() + 1 + last.len();
         if w[1] {
-            scratch.clear();
-            scratch.extend_from_slice(first.as_bytes());
-            scratch.push(b' ');
-            scratch.extend_from_slice(last.as_bytes());
-            c.strings[0].append_value(ascii(scratch));
+            let name = &mut scratch.bytes;
+            name.clear();
+            name.extend_from_slice(first.as_bytes());
+            name.push(b' ');
+            name.extend_from_slice(last.as_bytes());
+            c.strings[0].append_value(name);
         }
         if !self.draws(1) {
             return;
         }
         // 7 letters @ 5 letters .com
-        scratch.clear();
-        letters(rng, 7, Some(scratch));
-        scratch.push(b'@');
-        letters(rng, 5, Some(scratch));
-        scratch.extend_from_slice(b".com");
-        size += scratch.len();
+        let email = &mut scratch.bytes;
+        email.clear();
+        letters(rng, 7, Some(email));
+        email.push(b'@');
+        letters(rng, 5, Some(email));
+        email.extend_from_slice(b".com");
+        size += email.len();
         if w[2] {
-            c.strings[1].append_value(ascii(scratch));
+            c.strings[1].append_value(email);
         }
         if !self.draws(2) {
             return;
@@ -532,16 +562,21 @@ impl ArrowGenerator {
         if !self.draws(5) {
             return;
         }
-        scratch.clear();
-        extra(rng, size, nex.avg_person_byte_size, Some(scratch));
-        c.strings[5].append_value(ascii(scratch));
+        scratch.extra(rng, size, nex.avg_person_byte_size);
     }
 }
 
-/// Letters drawn from `a..=z` (and fixed ASCII text) as `&str`.
-fn ascii(bytes: &[u8]) -> &str {
-    // Only ASCII is ever written into the scratch buffer.
-    std::str::from_utf8(bytes).unwrap_or_default()
+/// The string columns' arrays, in order: the bytes written are letters, digits and the
+/// crate's fixed ASCII text, checked as UTF-8 here, one pass over each column.
+fn finish_strings(builders: Vec<BinaryBuilder>) -> Vec<ArrayRef> {
+    builders
+        .into_iter()
+        .map(|mut b| {
+            let strings = StringArray::try_from_binary(b.finish())
+                .expect("the generator writes only ASCII strings");
+            Arc::new(strings) as ArrayRef
+        })
+        .collect()
 }
 
 fn owned(columns: &[&ArrayRef]) -> Vec<ArrayRef> {
@@ -551,4 +586,36 @@ fn owned(columns: &[&ArrayRef]) -> Vec<ArrayRef> {
 /// The builders' arrays, in order.
 fn finish<B: ArrayBuilder>(builders: Vec<B>) -> Vec<ArrayRef> {
     builders.into_iter().map(|mut b| b.finish()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_is_f32_round() {
+        let mut values = vec![
+            0.0f32,
+            0.5,
+            1.5,
+            2.5,
+            0.49999997,
+            8_388_607.5,
+            8_388_608.0,
+            1e20,
+            -0.7,
+        ];
+        values.extend([f32::NAN, f32::INFINITY, f32::MAX, f32::MIN_POSITIVE]);
+        let mut rng = EventRng::seed_from_u64(7);
+        for _ in 0..1_000_000 {
+            let x: f32 = rng.gen::<f32>();
+            values.extend([x, x * 100.0, 10f32.powf(x * 6.0) * 100.0, x * 1e7]);
+        }
+        for bits in (0..=0x4b00_0000u32).step_by(997) {
+            values.push(f32::from_bits(bits));
+        }
+        for x in values {
+            assert_eq!(round(x), x.round() as u64, "{x}");
+        }
+    }
 }

@@ -19,6 +19,7 @@
 
 mod events_file;
 mod generate;
+mod rng;
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,477 @@
+//! The `nexmark` crate's random generator, with its state in reach: rand 0.8's `SmallRng`
+//! (xoshiro256++, seeded by rand_core 0.6's PCG32 fill) drawn the same way, so every `Rng` method gives the
+//! crate's values, plus the letters of several events drawn side by side ([`Lanes`]).
+//!
+//! Most of the generator's time is letters: a bid's `extra` is about 68 of them, one
+//! xoshiro step each, and a step depends on the one before. The events' generators are
+//! independent, so the letters of [`LANES`] events are drawn in lock step, in AVX-512 or AVX2
+//! vector registers when the processor has them.
+
+use rand::RngCore;
+
+/// Events whose letters are drawn side by side.
+pub(super) const LANES: usize = 8;
+
+/// `gen_range(b'a'..=b'z')`'s range and rejection zone, as rand 0.8 computes them for 8-bit
+/// ranges (`u32` draws): a draw is kept when the low half of its product with the range is
+/// at most the zone; the letter is the high half.
+const LETTERS: u32 = 26;
+const ZONE: u32 = u32::MAX - (u32::MAX - LETTERS + 1) % LETTERS;
+
+/// rand 0.8's `SmallRng` on 64-bit targets: xoshiro256++.
+#[derive(Debug, Clone)]
+pub(super) struct EventRng {
+    s: [u64; 4],
+}
+
+impl EventRng {
+    /// `SmallRng::seed_from_u64`: rand_core 0.6's default, eight PCG32 outputs as the seed's
+    /// little-endian words.
+    pub(super) fn seed_from_u64(mut state: u64) -> Self {
+        let mut pcg32 = || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(11_634_580_027_462_260_723);
+            let xorshifted = (((state >> 18) ^ state) >> 27) as u32;
+            u64::from(xorshifted.rotate_right((state >> 59) as u32))
+        };
+        let s: [u64; 4] = std::array::from_fn(|_| {
+            let low = pcg32();
+            low | (pcg32() << 32)
+        });
+        if s == [0; 4] {
+            // xoshiro's `from_seed` maps an all-zero seed to its SplitMix64 seeding of 0.
+            return Self::split_mix(0);
+        }
+        Self { s }
+    }
+
+    /// xoshiro256++'s own `seed_from_u64`: four SplitMix64 outputs.
+    fn split_mix(mut state: u64) -> Self {
+        const PHI: u64 = 0x9e37_79b9_7f4a_7c15;
+        let s = std::array::from_fn(|_| {
+            state = state.wrapping_add(PHI);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        });
+        Self { s }
+    }
+
+    /// `rng.gen_range(b'a'..=b'z')`, without the division rand makes on every call.
+    #[inline]
+    pub(super) fn letter(&mut self) -> u8 {
+        loop {
+            let product = u64::from(self.next_u32()) * u64::from(LETTERS);
+            if product as u32 <= ZONE {
+                return b'a' + (product >> 32) as u8;
+            }
+        }
+    }
+}
+
+impl RngCore for EventRng {
+    #[inline]
+    fn next_u32(&mut self) -> u32 {
+        // xoshiro's lowest bits are its weakest; rand takes the upper half.
+        (self.next_u64() >> 32) as u32
+    }
+
+    #[inline]
+    fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let result = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        result
+    }
+
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        // rand_core's `fill_bytes_via_next`, as xoshiro256++ fills bytes.
+        let mut chunks = dest.chunks_exact_mut(8);
+        for chunk in &mut chunks {
+            chunk.copy_from_slice(&self.next_u64().to_le_bytes());
+        }
+        let rest = chunks.into_remainder();
+        if rest.len() > 4 {
+            let bytes = self.next_u64().to_le_bytes();
+            rest.copy_from_slice(&bytes[..rest.len()]);
+        } else if !rest.is_empty() {
+            let bytes = self.next_u32().to_le_bytes();
+            rest.copy_from_slice(&bytes[..rest.len()]);
+        }
+    }
+
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand::Error> {
+        self.fill_bytes(dest);
+        Ok(())
+    }
+}
+
+/// Events' letters, drawn [`LANES`] at a time: `push` each event's generator (its last draws
+/// are these letters) and how many; `draw` hands each event's letters on, in order.
+#[derive(Debug, Default)]
+pub(super) struct Lanes {
+    pending: Vec<(EventRng, usize)>,
+    /// The lanes' letters, lane by lane, each lane's run a multiple of 8 long.
+    grid: Vec<u8>,
+    letters: Vec<u8>,
+}
+
+impl Lanes {
+    /// Queues `n` letters drawn from `rng`.
+    pub(super) fn push(&mut self, rng: EventRng, n: usize) {
+        self.pending.push((rng, n));
+    }
+
+    /// Whether [`LANES`] events wait (time to [`Lanes::draw`]).
+    pub(super) fn is_full(&self) -> bool {
+        self.pending.len() >= LANES
+    }
+
+    /// Draws the waiting events' letters and hands each event's to `out`, in order.
+    pub(super) fn draw(&mut self, mut out: impl FnMut(&[u8])) {
+        #[cfg(target_arch = "x86_64")]
+        if self.pending.len() == LANES {
+            if let Some(draw) = vector_draw() {
+                let longest = self.pending.iter().map(|&(_, n)| n).max().unwrap_or(0);
+                let blocks = longest.div_ceil(8);
+                let state: [[u64; LANES]; 4] = std::array::from_fn(|word| {
+                    std::array::from_fn(|lane| self.pending[lane].0.s[word])
+                });
+                self.grid.clear();
+                self.grid.resize(LANES * blocks * 8, 0);
+                if draw(&state, blocks, &mut self.grid) {
+                    for (lane, &(_, n)) in self.pending.iter().enumerate() {
+                        let start = lane * blocks * 8;
+                        out(&self.grid[start..start + n]);
+                    }
+                    self.pending.clear();
+                    return;
+                }
+                // A draw fell outside rand's zone (about one in a billion; rand draws again,
+                // so that lane's letters after it shift): every lane is drawn on its own below.
+            }
+        }
+        for (rng, n) in &mut self.pending {
+            self.letters.clear();
+            self.letters.extend((0..*n).map(|_| rng.letter()));
+            out(&self.letters);
+        }
+        self.pending.clear();
+    }
+}
+
+/// Draws `blocks` × 8 letters per lane from the lanes' state (by word, then lane) into a
+/// grid (lane by lane); false if any draw fell outside the zone (then the grid is not the
+/// lanes' letters).
+#[cfg(target_arch = "x86_64")]
+type VectorDraw = fn(&[[u64; LANES]; 4], usize, &mut [u8]) -> bool;
+
+/// The widest vector draw this processor runs, if any.
+#[cfg(target_arch = "x86_64")]
+fn vector_draw() -> Option<VectorDraw> {
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the processor has AVX-512F, checked just above.
+        Some(|state, blocks, grid| unsafe { avx512::draw(state, blocks, grid) })
+    } else if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, checked just above.
+        Some(|state, blocks, grid| unsafe { avx2::draw(state, blocks, grid) })
+    } else {
+        None
+    }
+}
+
+/// [`LANES`] xoshiro256++ generators stepped together in one AVX-512 register.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{LANES, LETTERS, ZONE};
+
+    /// As [`super::VectorDraw`].
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn draw(state: &[[u64; LANES]; 4], blocks: usize, grid: &mut [u8]) -> bool {
+        let load = |w: &[u64; LANES]| {
+            _mm512_set_epi64(
+                w[7] as i64,
+                w[6] as i64,
+                w[5] as i64,
+                w[4] as i64,
+                w[3] as i64,
+                w[2] as i64,
+                w[1] as i64,
+                w[0] as i64,
+            )
+        };
+        let [mut s0, mut s1, mut s2, mut s3] = state.map(|word| load(&word));
+        let range = _mm512_set1_epi64(i64::from(LETTERS));
+        let zone = _mm512_set1_epi64(i64::from(ZONE));
+        let low_half = _mm512_set1_epi64(0xffff_ffff);
+        let a = _mm512_set1_epi64(i64::from(b'a'));
+        let mut outside: __mmask8 = 0;
+        let stride = blocks * 8;
+        for block in 0..blocks {
+            let mut eight = _mm512_setzero_si512();
+            for _ in 0..8 {
+                let result = _mm512_add_epi64(_mm512_rol_epi64::<23>(_mm512_add_epi64(s0, s3)), s0);
+                let t = _mm512_slli_epi64::<17>(s1);
+                s2 = _mm512_xor_si512(s2, s0);
+                s3 = _mm512_xor_si512(s3, s1);
+                s1 = _mm512_xor_si512(s1, s2);
+                s0 = _mm512_xor_si512(s0, s3);
+                s2 = _mm512_xor_si512(s2, t);
+                s3 = _mm512_rol_epi64::<45>(s3);
+                // The upper half as rand's `u32` draw, times the range.
+                let product = _mm512_mul_epu32(_mm512_srli_epi64::<32>(result), range);
+                outside |= _mm512_cmpgt_epu64_mask(_mm512_and_si512(product, low_half), zone);
+                let letter = _mm512_add_epi64(_mm512_srli_epi64::<32>(product), a);
+                // Eight letters per lane, the first in the lowest byte.
+                eight = _mm512_or_si512(
+                    _mm512_srli_epi64::<8>(eight),
+                    _mm512_slli_epi64::<56>(letter),
+                );
+            }
+            let halves = [
+                _mm512_extracti64x4_epi64::<0>(eight),
+                _mm512_extracti64x4_epi64::<1>(eight),
+            ];
+            for (h, half) in halves.into_iter().enumerate() {
+                let words = [
+                    _mm256_extract_epi64::<0>(half),
+                    _mm256_extract_epi64::<1>(half),
+                    _mm256_extract_epi64::<2>(half),
+                    _mm256_extract_epi64::<3>(half),
+                ];
+                for (i, word) in words.into_iter().enumerate() {
+                    let at = (h * 4 + i) * stride + block * 8;
+                    grid[at..at + 8].copy_from_slice(&word.to_le_bytes());
+                }
+            }
+        }
+        outside == 0
+    }
+}
+
+/// [`LANES`] xoshiro256++ generators stepped together in two AVX2 registers of four lanes.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{LANES, LETTERS, ZONE};
+
+    /// As [`super::VectorDraw`].
+    #[target_feature(enable = "avx2")]
+    pub(super) fn draw(state: &[[u64; LANES]; 4], blocks: usize, grid: &mut [u8]) -> bool {
+        let half = |word: &[u64; LANES], h: usize| {
+            let w = &word[h * 4..h * 4 + 4];
+            _mm256_set_epi64x(w[3] as i64, w[2] as i64, w[1] as i64, w[0] as i64)
+        };
+        let mut s = [0, 1].map(|h| state.map(|word| half(&word, h)));
+        let range = _mm256_set1_epi64x(i64::from(LETTERS));
+        let zone = _mm256_set1_epi64x(i64::from(ZONE));
+        let low_half = _mm256_set1_epi64x(0xffff_ffff);
+        let a = _mm256_set1_epi64x(i64::from(b'a'));
+        let mut outside = _mm256_setzero_si256();
+        let stride = blocks * 8;
+        for block in 0..blocks {
+            let mut eight = [_mm256_setzero_si256(); 2];
+            for _ in 0..8 {
+                for (h, [s0, s1, s2, s3]) in s.iter_mut().enumerate() {
+                    let sum = _mm256_add_epi64(*s0, *s3);
+                    let rotated =
+                        _mm256_or_si256(_mm256_slli_epi64::<23>(sum), _mm256_srli_epi64::<41>(sum));
+                    let result = _mm256_add_epi64(rotated, *s0);
+                    let t = _mm256_slli_epi64::<17>(*s1);
+                    *s2 = _mm256_xor_si256(*s2, *s0);
+                    *s3 = _mm256_xor_si256(*s3, *s1);
+                    *s1 = _mm256_xor_si256(*s1, *s2);
+                    *s0 = _mm256_xor_si256(*s0, *s3);
+                    *s2 = _mm256_xor_si256(*s2, t);
+                    *s3 =
+                        _mm256_or_si256(_mm256_slli_epi64::<45>(*s3), _mm256_srli_epi64::<19>(*s3));
+                    // The upper half as rand's `u32` draw, times the range.
+                    let product = _mm256_mul_epu32(_mm256_srli_epi64::<32>(result), range);
+                    let kept_above = _mm256_cmpgt_epi64(_mm256_and_si256(product, low_half), zone);
+                    outside = _mm256_or_si256(outside, kept_above);
+                    let letter = _mm256_add_epi64(_mm256_srli_epi64::<32>(product), a);
+                    // Eight letters per lane, the first in the lowest byte.
+                    eight[h] = _mm256_or_si256(
+                        _mm256_srli_epi64::<8>(eight[h]),
+                        _mm256_slli_epi64::<56>(letter),
+                    );
+                }
+            }
+            let words = [
+                _mm256_extract_epi64::<0>(eight[0]),
+                _mm256_extract_epi64::<1>(eight[0]),
+                _mm256_extract_epi64::<2>(eight[0]),
+                _mm256_extract_epi64::<3>(eight[0]),
+                _mm256_extract_epi64::<0>(eight[1]),
+                _mm256_extract_epi64::<1>(eight[1]),
+                _mm256_extract_epi64::<2>(eight[1]),
+                _mm256_extract_epi64::<3>(eight[1]),
+            ];
+            for (lane, word) in words.into_iter().enumerate() {
+                let at = lane * stride + block * 8;
+                grid[at..at + 8].copy_from_slice(&word.to_le_bytes());
+            }
+        }
+        _mm256_testz_si256(outside, outside) == 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::SmallRng;
+    use rand::seq::SliceRandom;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    #[test]
+    fn draws_are_small_rngs_draws() {
+        for seed in (0..300u64).chain([u64::MAX, 1 << 63]) {
+            let (mut ours, mut rands) =
+                (EventRng::seed_from_u64(seed), SmallRng::seed_from_u64(seed));
+            for i in 0..2_000usize {
+                match i % 6 {
+                    0 => assert_eq!(ours.letter(), rands.gen_range(b'a'..=b'z')),
+                    1 => assert_eq!(ours.gen_range(0..i + 1), rands.gen_range(0..i + 1)),
+                    2 => assert_eq!(ours.gen::<f32>(), rands.gen::<f32>()),
+                    3 => assert_eq!(
+                        [1, 2, 3, 4, 5].choose(&mut ours),
+                        [1, 2, 3, 4, 5].choose(&mut rands)
+                    ),
+                    4 => {
+                        let (mut a, mut b) = ([0u8; 13], [0u8; 13]);
+                        ours.fill_bytes(&mut a);
+                        rands.fill_bytes(&mut b);
+                        assert_eq!(a, b);
+                    }
+                    _ => assert_eq!(ours.next_u64(), rands.next_u64()),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_all_zero_seed_is_seeded_as_xoshiro_seeds_it() {
+        let (mut ours, mut rands) = (EventRng::split_mix(0), SmallRng::from_seed([0; 32]));
+        for _ in 0..100 {
+            assert_eq!(ours.next_u64(), rands.next_u64());
+        }
+    }
+
+    #[test]
+    fn lanes_draw_each_events_letters() {
+        // 8 full lanes, then a partial group; lengths from 0 to 90.
+        let events: Vec<(u64, usize)> = (0..13u64)
+            .map(|e| (e * 7919, (e as usize * 37) % 91))
+            .collect();
+        let mut lanes = Lanes::default();
+        let mut got = Vec::new();
+        for &(seed, n) in &events {
+            let mut rng = EventRng::seed_from_u64(seed);
+            rng.next_u64(); // earlier draws of the event
+            lanes.push(rng, n);
+            if lanes.is_full() {
+                lanes.draw(|letters| got.push(letters.to_vec()));
+            }
+        }
+        lanes.draw(|letters| got.push(letters.to_vec()));
+        let want: Vec<Vec<u8>> = events
+            .iter()
+            .map(|&(seed, n)| {
+                let mut rng = SmallRng::seed_from_u64(seed);
+                rng.next_u64();
+                (0..n).map(|_| rng.gen_range(b'a'..=b'z')).collect()
+            })
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn both_vector_draws_give_the_lanes_letters() {
+        let state: [[u64; LANES]; 4] = std::array::from_fn(|word| {
+            std::array::from_fn(|lane| EventRng::seed_from_u64((word * LANES + lane) as u64).s[0])
+        });
+        let want: Vec<Vec<u8>> = (0..LANES)
+            .map(|lane| {
+                let mut rng = EventRng {
+                    s: state.map(|word| word[lane]),
+                };
+                (0..48).map(|_| rng.letter()).collect()
+            })
+            .collect();
+        let grid = |ok: bool, grid: Vec<u8>| {
+            assert!(ok);
+            grid.chunks(48).map(<[u8]>::to_vec).collect::<Vec<_>>()
+        };
+        if std::arch::is_x86_feature_detected!("avx2") {
+            let mut g = vec![0; LANES * 48];
+            // SAFETY: the processor has AVX2.
+            let ok = unsafe { avx2::draw(&state, 6, &mut g) };
+            assert_eq!(grid(ok, g), want);
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            let mut g = vec![0; LANES * 48];
+            // SAFETY: the processor has AVX-512F.
+            let ok = unsafe { avx512::draw(&state, 6, &mut g) };
+            assert_eq!(grid(ok, g), want);
+        }
+    }
+
+    /// A generator whose first draw falls outside rand's zone (rejected: a second is drawn).
+    fn rejecting(lane: u64) -> (EventRng, SmallRng) {
+        // 165191049 * 26 = 2^32 - 22, above the zone; with s0 = 0 the output is rotl(s3, 23).
+        let s = [0, lane, 2, (165_191_049u64 << 32).rotate_right(23)];
+        let mut seed = [0u8; 32];
+        for (chunk, word) in seed.chunks_mut(8).zip(s) {
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        (EventRng { s }, SmallRng::from_seed(seed))
+    }
+
+    #[test]
+    fn a_rejected_draw_gives_rands_letters() {
+        let (mut ours, mut rands) = rejecting(1);
+        let first = ours.clone().next_u32();
+        assert!(u64::from(first) * 26 % (1 << 32) > u64::from(ZONE));
+        for _ in 0..20 {
+            assert_eq!(ours.letter(), rands.gen_range(b'a'..=b'z'));
+        }
+        // In lanes: one lane rejects, every lane still gets rand's letters.
+        let mut lanes = Lanes::default();
+        let mut want = Vec::new();
+        for lane in 0..LANES as u64 {
+            let (ours, mut rands) = if lane == 5 {
+                rejecting(lane)
+            } else {
+                let seed = [lane as u8 + 1; 32];
+                (
+                    EventRng {
+                        s: [u64::from_le_bytes([lane as u8 + 1; 8]); 4],
+                    },
+                    SmallRng::from_seed(seed),
+                )
+            };
+            want.push(
+                (0..30)
+                    .map(|_| rands.gen_range(b'a'..=b'z'))
+                    .collect::<Vec<u8>>(),
+            );
+            lanes.push(ours, 30);
+        }
+        let mut got = Vec::new();
+        lanes.draw(|letters| got.push(letters.to_vec()));
+        assert_eq!(got, want);
+    }
+}
