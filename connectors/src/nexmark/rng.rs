@@ -155,8 +155,9 @@ impl Lanes {
                     self.pending.clear();
                     return;
                 }
-                // A draw fell outside rand's zone (about one in a billion; rand draws again,
-                // so that lane's letters after it shift): every lane is drawn on its own below.
+                // A draw fell outside rand's zone (22 in 2^32 draws, about one group in
+                // 300,000; rand draws again, so that lane's letters after it shift): every
+                // lane is drawn on its own below.
             }
         }
         for (rng, n) in &mut self.pending {
@@ -350,7 +351,12 @@ mod tests {
                         [1, 2, 3, 4, 5].choose(&mut rands)
                     ),
                     4 => {
+                        // A remainder of more than 4 bytes, then of 4.
                         let (mut a, mut b) = ([0u8; 13], [0u8; 13]);
+                        ours.fill_bytes(&mut a);
+                        rands.fill_bytes(&mut b);
+                        assert_eq!(a, b);
+                        let (mut a, mut b) = ([0u8; 12], [0u8; 12]);
                         ours.fill_bytes(&mut a);
                         rands.fill_bytes(&mut b);
                         assert_eq!(a, b);
