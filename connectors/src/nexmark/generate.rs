@@ -599,13 +599,19 @@ impl ArrowGenerator {
 }
 
 /// The string columns' arrays, in order: the bytes written are letters, digits and the
-/// crate's fixed ASCII text, checked as UTF-8 here, one pass over each column.
+/// crate's fixed ASCII text, checked as UTF-8 here, one pass over each column (were a value
+/// ever not UTF-8, the column would be converted value by value, lossily, not refused).
 fn finish_strings(builders: Vec<BinaryBuilder>) -> Vec<ArrayRef> {
     builders
         .into_iter()
         .map(|mut b| {
-            let strings = StringArray::try_from_binary(b.finish())
-                .expect("the generator writes only ASCII strings");
+            let bytes = b.finish();
+            let strings = StringArray::try_from_binary(bytes.clone()).unwrap_or_else(|_| {
+                bytes
+                    .iter()
+                    .map(|v| v.map(String::from_utf8_lossy))
+                    .collect()
+            });
             Arc::new(strings) as ArrayRef
         })
         .collect()
@@ -684,5 +690,16 @@ mod tests {
                 assert_eq!(by.div_rem(n), (n / d, n % d), "{n} / {d}");
             }
         }
+    }
+
+    #[test]
+    fn string_columns_that_are_not_utf8_are_converted_not_refused() {
+        let mut b = BinaryBuilder::new();
+        b.append_value(b"abc");
+        b.append_value([0xff, b'x']);
+        let columns = finish_strings(vec![b]);
+        let strings = columns[0].as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(strings.value(0), "abc");
+        assert_eq!(strings.value(1), "\u{fffd}x");
     }
 }
