@@ -13,19 +13,22 @@
 //!   of source partitions.
 //! - state: an open session keeps one running state of its aggregates (the updating GROUP
 //!   BY's [`GroupState`]), not its rows: a placed row is folded in, sessions that a row bridges
-//!   add their states together. Each session's end is a timer.
+//!   add their states together. Each session's end is a timer. The open sessions are kept by
+//!   [`sessions::OpenSessions`]: in memory, and in the task's store past half the budget.
 //! - on watermark: rows are placed and sessions fire in order of time (the rows at `W_r`
 //!   before the sessions ending at `W_r + 1`); a fired session emits one row, the GROUP BY
 //!   list then the aggregates, and is dropped. The watermark passes on.
-//! - at barrier: the sessions changed since the last barrier are written to the store
-//!   (`s | len(key) | key | start -> end | state`) and those gone since are deleted; the
-//!   waiting rows are written as the session window's. A restore scans the sessions back; at
-//!   another parallelism each instance first copies the sessions whose key routes to it.
-//! - memory: every open session's state stays in memory (a few dozen bytes per aggregate, not
-//!   its rows); waiting rows follow the task's budget.
+//! - at barrier: the keys whose sessions changed since the last barrier are written to the
+//!   store (one entry per key, [`sessions`]); the waiting rows are written as the session
+//!   window's. A restore reads the sessions back; at another parallelism each instance first
+//!   copies the sessions whose key routes to it.
+//! - memory: an open session keeps a running state (a few dozen bytes per aggregate, not its
+//!   rows). Sessions keep to half the task's budget (all of them go to the store past it, and
+//!   come back key by key as rows or their ends reach them), waiting rows to the other half.
 //! - at end: the watermark +infinity places every waiting row and fires every session.
 
-use std::collections::BTreeMap;
+mod sessions;
+
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray, UInt32Array};
@@ -33,7 +36,6 @@ use datafusion::arrow::compute::{cast, concat_batches, take_record_batch, SortOp
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
-use datafusion::common::HashMap;
 
 use crate::error::{EngineError, Result};
 use crate::event_time::timestamps_as_nanos;
@@ -42,7 +44,7 @@ use crate::late_rows::{LateRows, SESSION_CLOSED};
 use crate::message::EventTime;
 use crate::metrics::JobMetrics;
 use crate::operator::{output_batch, Operator, Output};
-use crate::operators::group_aggregate::state::{ordered, AggState, GroupState};
+use crate::operators::group_aggregate::state::{AggState, GroupState};
 use crate::operators::group_aggregate::values::{add_value, result_column, takes};
 use crate::operators::group_aggregate::{UpdatingAggKind, UpdatingAggregate};
 use crate::operators::session_window::{
@@ -50,13 +52,17 @@ use crate::operators::session_window::{
 };
 use crate::operators::window_aggregate::GroupColumn;
 use crate::operators::windowed::{BufferedRows, KeyedRows, OpenWindows};
-use crate::state::{copy_routed, just_after, ChunkedWrites, StateHandle};
+use crate::state::copy_routed;
 use crate::window::WINDOW_TIME_BEFORE_END;
+
+use sessions::{key_of_stored, Fired, OpenSessions};
 
 /// The store's sub-range holding the open sessions (lane `PENDING` is 0).
 const SESSIONS: u8 = 1;
-/// First byte of a stored session's key.
-const SESSION_TAG: u8 = b's';
+/// The store's sub-range holding the timers of the sessions in the store.
+const TIMERS: u8 = 2;
+/// Rows judged next whose keys are read from the store together.
+const LOAD_AHEAD: usize = 1024;
 
 /// Plan node of a SESSION window fused with the aggregation grouped by its sessions.
 #[derive(Debug, Clone)]
@@ -119,63 +125,27 @@ impl OperatorFactory for SessionAggregateSpec {
                 Ok(Some(RowConverter::new(vec![field])?))
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut op = SessionAggregateOperator {
+        let floats = self
+            .aggregates
+            .iter()
+            .map(|a| a.sum_type() == Some(DataType::Float64))
+            .collect();
+        // The waiting rows' windows keep to half the budget, the sessions to the other half.
+        let budget = task.state.memory_budget() / 2;
+        let mut sessions = OpenSessions::new(handle, task.state.sub(TIMERS), budget, floats);
+        if task.state.restore().is_some() {
+            sessions.restore()?;
+        }
+        Ok(Box::new(SessionAggregateOperator {
             windows: window.open_lanes(task, &part, &[PENDING])?,
             part,
             keys,
             values,
-            floats: self
-                .aggregates
-                .iter()
-                .map(|a| a.sum_type() == Some(DataType::Float64))
-                .collect(),
-            sessions: HashMap::default(),
-            timers: BTreeMap::new(),
-            gone: Vec::new(),
-            handle,
+            sessions,
             metrics: Arc::clone(&task.metrics),
             spec: self.clone(),
-        };
-        op.restore_sessions()?;
-        Ok(Box::new(op))
+        }))
     }
-}
-
-/// One open session of a key (its start is its key in the key's map).
-#[derive(Debug)]
-struct Session {
-    end: EventTime,
-    /// The end its last timer was set for (a session whose end moved has stale timers,
-    /// skipped when they come due).
-    timer: EventTime,
-    /// Changed since the last barrier.
-    dirty: bool,
-    /// Has an entry in the store.
-    stored: bool,
-    state: GroupState,
-}
-
-impl Session {
-    fn new(end: EventTime, aggregates: usize) -> Self {
-        Self {
-            end,
-            timer: EventTime::MIN,
-            dirty: true,
-            stored: false,
-            state: GroupState::new(aggregates),
-        }
-    }
-}
-
-/// A key's open sessions by start, never overlapping or touching.
-type Sessions = BTreeMap<EventTime, Session>;
-
-/// A session that fired.
-struct Fired {
-    key: Vec<u8>,
-    start: EventTime,
-    end: EventTime,
-    state: GroupState,
 }
 
 /// A level's aggregate inputs, per aggregate: which rows it takes, the values summed (SUM,
@@ -195,15 +165,8 @@ pub struct SessionAggregateOperator {
     keys: RowConverter,
     /// Per MIN / MAX aggregate: encodes its values (descending for MAX).
     values: Vec<Option<RowConverter>>,
-    /// Per aggregate: its running sum is an f64.
-    floats: Vec<bool>,
     /// The open sessions, by the row-encoded partition key.
-    sessions: HashMap<Vec<u8>, Sessions>,
-    /// Session ends: `(key, start)` of the sessions set to end there (some stale).
-    timers: BTreeMap<EventTime, Vec<(Vec<u8>, EventTime)>>,
-    /// Stored sessions that fired or merged since the last barrier: deleted at the next.
-    gone: Vec<(Vec<u8>, EventTime)>,
-    handle: StateHandle,
+    sessions: OpenSessions,
     metrics: Arc<JobMetrics>,
 }
 
@@ -257,50 +220,32 @@ impl SessionAggregateOperator {
         }
         let values = self.level_values(rows)?;
         let (gap, keep_late) = (self.spec.session.gap, self.spec.session.keep_late);
-        let aggregates = self.spec.aggregates.len();
         let mut late = 0u64;
         let mut kept = LateRows::default();
-        let mut merged_away = Vec::new();
-        for i in judging_order(&r) {
+        let order: Vec<usize> = judging_order(&r)
+            .into_iter()
+            .filter(|&i| r.watermarks[i] < watermark)
+            .collect();
+        for (p, &i) in order.iter().enumerate() {
             let w = r.watermarks[i];
-            if w >= watermark {
-                continue;
-            }
             // What fired at points up to `W_r` is final before the row is judged.
-            self.fire_until(w, fired);
-            let key = &r.keys[i];
-            let sessions = self.sessions.entry_ref(key.as_slice()).or_default();
-            let placed = place_row(
-                sessions,
-                (r.times[i], gap, w),
-                aggregates,
-                &self.floats,
-                &mut merged_away,
-            );
-            self.gone
-                .extend(merged_away.drain(..).map(|start| (key.clone(), start)));
-            let Some(start) = placed else {
+            self.fire_until(w, fired, out)?;
+            let key = r.keys[i].as_slice();
+            if !self.sessions.holds(key) {
+                // Read from the store with the keys of the rows judged next.
+                let ahead = order[p..].iter().take(LOAD_AHEAD);
+                self.sessions.load(ahead.map(|&j| r.keys[j].as_slice()))?;
+            }
+            let placed = self
+                .sessions
+                .place(key, (r.times[i], gap, w), |state| fold(state, i, &values))?;
+            if !placed {
                 late += 1;
                 if keep_late {
                     kept.push(i, w, SESSION_CLOSED);
                 }
-                if sessions.is_empty() {
-                    self.sessions.remove(key.as_slice());
-                }
-                continue;
-            };
-            let session = sessions
-                .get_mut(&start)
-                .ok_or_else(|| EngineError::Internal("a placed row lost its session".into()))?;
-            fold(&mut session.state, i, &values)?;
-            session.dirty = true;
-            if session.timer != session.end {
-                session.timer = session.end;
-                self.timers
-                    .entry(session.end)
-                    .or_default()
-                    .push((key.clone(), start));
             }
+            self.sessions.enforce_budget()?;
         }
         report_late(&self.spec.session, &self.metrics, rows, late, kept, out)
     }
@@ -320,37 +265,18 @@ impl SessionAggregateOperator {
         )
     }
 
-    /// Fires the sessions ending at or before `point`.
-    fn fire_until(&mut self, point: EventTime, fired: &mut Vec<Fired>) {
-        while let Some(entry) = self.timers.first_entry() {
-            if *entry.key() > point {
-                break;
-            }
-            let (end, due) = entry.remove_entry();
-            for (key, start) in due {
-                let Some(sessions) = self.sessions.get_mut(key.as_slice()) else {
-                    continue;
-                };
-                if sessions.get(&start).is_none_or(|s| s.end != end) {
-                    continue; // stale: the session grew or merged
-                }
-                let Some(session) = sessions.remove(&start) else {
-                    continue;
-                };
-                if sessions.is_empty() {
-                    self.sessions.remove(key.as_slice());
-                }
-                if session.stored {
-                    self.gone.push((key.clone(), start));
-                }
-                fired.push(Fired {
-                    key,
-                    start,
-                    end,
-                    state: session.state,
-                });
-            }
+    /// Fires the sessions ending at or before `point` into `fired`, emitting them a chunk at
+    /// a time when there are many.
+    fn fire_until(
+        &mut self,
+        point: EventTime,
+        fired: &mut Vec<Fired>,
+        out: &mut Output,
+    ) -> Result<()> {
+        while self.sessions.fire_until(point, fired)? {
+            self.emit(std::mem::take(fired), out)?;
         }
+        Ok(())
     }
 
     /// One row per fired session: the GROUP BY list, then the aggregates.
@@ -408,156 +334,6 @@ impl SessionAggregateOperator {
         self.windows
             .enforce_budget(|_, rows| rows.into_part(schema))
     }
-
-    fn stored_key(&self, key: &[u8], start: EventTime) -> Vec<u8> {
-        let len = (key.len() as u32).to_be_bytes();
-        self.handle
-            .key_of_parts(&[&[SESSION_TAG], &len, key, &ordered(start)])
-    }
-
-    /// Writes the sessions changed since the last barrier and deletes those gone since.
-    fn flush(&mut self) -> Result<()> {
-        let store = self.handle.store()?;
-        let mut writes = ChunkedWrites::new(store.as_ref());
-        // Deletes before puts: a session may come back under a start that went.
-        for (key, start) in std::mem::take(&mut self.gone) {
-            let k = self.stored_key(&key, start);
-            let end = just_after(&k);
-            writes.delete_range(k, end)?;
-        }
-        let mut puts = Vec::new();
-        for (key, sessions) in self.sessions.iter_mut() {
-            for (&start, s) in sessions.iter_mut().filter(|(_, s)| s.dirty) {
-                s.dirty = false;
-                s.stored = true;
-                let mut value = s.end.to_le_bytes().to_vec();
-                value.extend_from_slice(&s.state.encode());
-                puts.push((key.clone(), start, value));
-            }
-        }
-        for (key, start, value) in puts {
-            writes.put(self.stored_key(&key, start), value)?;
-        }
-        writes.finish()
-    }
-
-    /// Reads the stored sessions back (after a restore) and sets their timers.
-    fn restore_sessions(&mut self) -> Result<()> {
-        let store = self.handle.store()?;
-        let (lo, hi) = self.handle.all();
-        let skip = self.handle.prefix_len();
-        let aggregates = self.spec.aggregates.len();
-        for (k, v) in store.scan(&lo, &hi)? {
-            let (key, start) = parse_stored(&k[skip..])?;
-            let malformed = || EngineError::State("stored session is malformed".into());
-            let end: [u8; 8] = v
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .ok_or_else(malformed)?;
-            let end = EventTime::from_le_bytes(end);
-            let state = GroupState::decode(&v[8..], aggregates)?;
-            self.timers
-                .entry(end)
-                .or_default()
-                .push((key.to_vec(), start));
-            let session = Session {
-                end,
-                timer: end,
-                dirty: false,
-                stored: true,
-                state,
-            };
-            self.sessions
-                .entry_ref(key)
-                .or_default()
-                .insert(start, session);
-        }
-        Ok(())
-    }
-}
-
-/// A stored session's key (without the handle's prefix): the partition key and the start.
-fn parse_stored(suffix: &[u8]) -> Result<(&[u8], EventTime)> {
-    let bad = || EngineError::State("stored session key is malformed".into());
-    let rest = match suffix.split_first() {
-        Some((&SESSION_TAG, rest)) => rest,
-        _ => return Err(bad()),
-    };
-    let len: [u8; 4] = rest
-        .get(..4)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(bad)?;
-    let len = u32::from_be_bytes(len) as usize;
-    let key = rest.get(4..4 + len).ok_or_else(bad)?;
-    let start: [u8; 8] = rest
-        .get(4 + len..12 + len)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(bad)?;
-    Ok((key, (u64::from_be_bytes(start) ^ (1 << 63)) as EventTime))
-}
-
-/// The routing key of a stored session (for a restore at another parallelism).
-fn key_of_stored(suffix: &[u8]) -> Result<&[u8]> {
-    parse_stored(suffix).map(|(key, _)| key)
-}
-
-/// Places a row (`(t, gap, W_r)`) among its key's sessions, as the session window merges
-/// them: its window `[t, t + gap)` joins the sessions it overlaps or touches, adding their
-/// states together. Returns its session's start, or `None` when it touches none and its own
-/// window ended under `W_r` (late). Stored sessions merged away go to `gone`.
-fn place_row(
-    sessions: &mut Sessions,
-    (t, gap, watermark): (EventTime, i64, EventTime),
-    aggregates: usize,
-    floats: &[bool],
-    gone: &mut Vec<EventTime>,
-) -> Option<EventTime> {
-    let own_end = t.saturating_add(gap);
-    // Sessions neither overlap nor touch, so by start their ends increase too: walking back
-    // from the last one starting by `own_end`, they touch until one ends before `t`.
-    let (first, second) = {
-        let mut touched = sessions
-            .range(..=own_end)
-            .rev()
-            .take_while(|(_, s)| s.end >= t)
-            .map(|(&start, _)| start);
-        (touched.next(), touched.next())
-    };
-    match (first, second) {
-        (None, _) if own_end <= watermark => return None,
-        (None, _) => {
-            sessions.insert(t, Session::new(own_end, aggregates));
-            return Some(t);
-        }
-        (Some(start), None) if start <= t => {
-            let session = sessions.get_mut(&start)?;
-            if own_end > session.end {
-                session.end = own_end;
-            }
-            return Some(start);
-        }
-        _ => {}
-    }
-    let starts: Vec<EventTime> = sessions
-        .range(..=own_end)
-        .rev()
-        .take_while(|(_, s)| s.end >= t)
-        .map(|(&start, _)| start)
-        .collect();
-    let mut start = t;
-    let mut merged = Session::new(own_end, aggregates);
-    for s in starts {
-        if let Some(old) = sessions.remove(&s) {
-            start = start.min(s);
-            merged.end = merged.end.max(old.end);
-            merged.state.merge(old.state, floats);
-            if old.stored {
-                gone.push(s);
-            }
-        }
-    }
-    sessions.insert(start, merged);
-    Some(start)
 }
 
 /// Folds row `row` of a level into a session's state.
@@ -622,8 +398,9 @@ impl Operator for SessionAggregateOperator {
         if let Some(rows) = rows {
             self.place(&rows, watermark, &mut fired, out)?;
         }
-        self.fire_until(watermark, &mut fired);
+        self.fire_until(watermark, &mut fired, out)?;
         self.emit(fired, out)?;
+        self.sessions.enforce_budget()?;
         self.enforce_budget()?;
         Ok(watermark)
     }
@@ -632,50 +409,7 @@ impl Operator for SessionAggregateOperator {
         let schema = self.part.schema();
         self.windows
             .snapshot(epoch, |_, rows| rows.into_part(schema))?;
-        self.flush()?;
+        self.sessions.flush()?;
         Ok(None)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn keys(s: &Sessions) -> Vec<(EventTime, EventTime, i64)> {
-        s.iter().map(|(&st, x)| (st, x.end, x.state.rows)).collect()
-    }
-
-    #[test]
-    fn rows_bridge_sessions_and_their_states_add() {
-        let mut s = Sessions::new();
-        let mut gone = Vec::new();
-        let mut put = |s: &mut Sessions, t, w| {
-            let start = place_row(s, (t, 10, w), 1, &[false], &mut gone)?;
-            s.get_mut(&start)?.state.rows += 1;
-            Some(start)
-        };
-        assert_eq!(put(&mut s, 0, EventTime::MIN), Some(0));
-        assert_eq!(put(&mut s, 25, EventTime::MIN), Some(25));
-        assert_eq!(put(&mut s, 5, EventTime::MIN), Some(0));
-        assert_eq!(keys(&s), vec![(0, 15, 2), (25, 35, 1)]);
-        // 15 touches [0, 15) and [25, 35): one session of all four rows.
-        s.get_mut(&25).unwrap().stored = true;
-        assert_eq!(put(&mut s, 15, EventTime::MIN), Some(0));
-        assert_eq!(keys(&s), vec![(0, 35, 4)]);
-        // Late: its own window [50, 60) ended under 70 and it touches nothing.
-        assert_eq!(put(&mut s, 50, 70), None);
-        // Earlier than the session it touches: the start moves.
-        assert_eq!(put(&mut s, -8, 0), Some(-8));
-        assert_eq!(keys(&s), vec![(-8, 35, 5)]);
-        assert_eq!(gone, vec![25]);
-    }
-
-    #[test]
-    fn stored_keys_round_trip() {
-        let handle = StateHandle::in_memory();
-        let key = handle.key_of_parts(&[&[SESSION_TAG], &3u32.to_be_bytes(), b"abc", &ordered(-5)]);
-        let (k, start) = parse_stored(&key[handle.prefix_len()..]).unwrap();
-        assert_eq!((k, start), (&b"abc"[..], -5));
-        assert!(parse_stored(&key[handle.prefix_len()..key.len() - 1]).is_err());
     }
 }

@@ -1,0 +1,955 @@
+//! The open sessions of a [`super::SessionAggregateOperator`]: in memory within a share of
+//! `memory_budget`, in the task's store past it (Flink keeps a merging window set and its
+//! timers in RocksDB; here memory is a cache in front of the store, like the updating GROUP
+//! BY's groups).
+//!
+//! ```text
+//! sessions range:  k | key                  -> (start: i64, end: i64, len: u32, state)*
+//! timers range:    ordered(end) | key       -> ()          (keys whose sessions are stored)
+//! ```
+//!
+//! - A key's open sessions (by start, never overlapping or touching) move as one: in memory
+//!   with one timer per session at its end, or in the store as one entry plus one stored
+//!   timer per session. A key in memory has no stored timers.
+//! - Past the budget every key in memory goes to the store (its entry written if it changed,
+//!   its timers written) and memory starts empty ([`OpenSessions::spill`]). From then on a row
+//!   of a key not in memory reads the key's entry first ([`OpenSessions::load`], several keys
+//!   in one batched read), and firing reads the keys whose stored timers are due, a chunk at a
+//!   time, in order of end, so the sessions fire in the order they would from memory.
+//! - At a barrier the changed keys in memory are written ([`OpenSessions::flush`]), not their
+//!   timers: a restore rebuilds every timer from the sessions, loading them into memory up to
+//!   the budget and writing timers for the rest. Entries of the earlier format (one per
+//!   session, `s | len(key): u32 | key | ordered(start) -> end, state`) are converted then.
+
+use std::collections::BTreeMap;
+
+use datafusion::common::HashMap;
+
+use crate::error::{EngineError, Result};
+use crate::message::EventTime;
+use crate::operators::group_aggregate::state::{ordered, GroupState};
+use crate::state::{just_after, ChunkedWrites, StateHandle, WriteBatch};
+
+/// First byte of a key's stored sessions.
+const KEY_TAG: u8 = b'k';
+/// First byte of one stored session in the format before [`KEY_TAG`] entries.
+const OLD_TAG: u8 = b's';
+
+/// Fired sessions handed out at a time ([`OpenSessions::fire_until`]).
+pub(super) const FIRE_CHUNK: usize = 8192;
+/// Stored timers read at a time when they come due.
+const PROMOTE_CHUNK: usize = 1024;
+/// Stored entries read at a time on a restore.
+const RESTORE_CHUNK: usize = 4096;
+
+/// What a key in memory costs besides its bytes: its map slot (the table 1.5x its length on
+/// average) and the rounding of its allocation.
+const KEY_BYTES: usize = std::mem::size_of::<(Vec<u8>, KeySessions)>() * 3 / 2 + 32;
+/// What a session costs besides its state's own size: its slot in the key's tree (nodes about
+/// half full).
+const SESSION_BYTES: usize = std::mem::size_of::<(EventTime, Session)>() * 2;
+/// What a timer costs besides its copy of the key: its slot in the end's list (grown by
+/// doubling) and the copy's rounding.
+const TIMER_BYTES: usize = std::mem::size_of::<(Vec<u8>, EventTime)>() * 2 + 16;
+
+/// One open session of a key (its start is its key in the key's tree).
+#[derive(Debug)]
+struct Session {
+    end: EventTime,
+    state: GroupState,
+    /// What it was counted as in [`OpenSessions::bytes`].
+    bytes: usize,
+}
+
+impl Session {
+    fn new(end: EventTime, state: GroupState) -> Self {
+        let bytes = SESSION_BYTES + state.size();
+        Self { end, state, bytes }
+    }
+}
+
+/// A key's open sessions by start.
+type Sessions = BTreeMap<EventTime, Session>;
+
+/// A key in memory.
+#[derive(Debug, Default)]
+struct KeySessions {
+    open: Sessions,
+    /// Changed since it was last written.
+    dirty: bool,
+    /// Has an entry in the store.
+    stored: bool,
+}
+
+/// A session that fired.
+pub(super) struct Fired {
+    pub key: Vec<u8>,
+    pub start: EventTime,
+    pub end: EventTime,
+    pub state: GroupState,
+}
+
+/// The open sessions (see the module doc).
+pub(super) struct OpenSessions {
+    keys: HashMap<Vec<u8>, KeySessions>,
+    /// Session ends: `(key, start)` of each session in memory, under its end.
+    timers: BTreeMap<EventTime, Vec<(Vec<u8>, EventTime)>>,
+    /// Estimated bytes of `keys` and `timers`.
+    bytes: usize,
+    budget: usize,
+    /// The store may hold keys that are not in memory.
+    spilled: bool,
+    /// The earliest stored timer's end; `None`: no stored timers.
+    stored_from: Option<EventTime>,
+    sessions: StateHandle,
+    stored_timers: StateHandle,
+    aggregates: usize,
+    /// Per aggregate: its running sum is an f64.
+    floats: Vec<bool>,
+    /// Scratch: `(start, end)` of the sessions the last placement moved or merged away.
+    moved: Vec<(EventTime, EventTime)>,
+}
+
+impl OpenSessions {
+    /// Empty open sessions keeping at most about `budget` bytes in memory; `sessions` and
+    /// `stored_timers` are the store's two ranges. [`Self::restore`] reads stored sessions.
+    pub fn new(
+        sessions: StateHandle,
+        stored_timers: StateHandle,
+        budget: usize,
+        floats: Vec<bool>,
+    ) -> Self {
+        Self {
+            keys: HashMap::default(),
+            timers: BTreeMap::new(),
+            bytes: 0,
+            budget,
+            spilled: false,
+            stored_from: None,
+            sessions,
+            stored_timers,
+            aggregates: floats.len(),
+            floats,
+            moved: Vec::new(),
+        }
+    }
+
+    /// Estimated bytes in memory.
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Keys in memory.
+    #[cfg(test)]
+    pub fn keys_in_memory(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// [`Self::bytes`] counted again from what memory holds.
+    #[cfg(test)]
+    pub fn recount(&self) -> usize {
+        let keys: usize = self
+            .keys
+            .iter()
+            .map(|(k, s)| {
+                let sessions = s.open.values();
+                KEY_BYTES
+                    + k.len()
+                    + sessions
+                        .map(|s| SESSION_BYTES + s.state.size())
+                        .sum::<usize>()
+            })
+            .sum();
+        let timers: usize = self
+            .timers
+            .values()
+            .flatten()
+            .map(|(k, _)| TIMER_BYTES + k.len())
+            .sum();
+        keys + timers
+    }
+
+    /// Whether `key`'s sessions are in memory (or nothing of it is stored).
+    pub fn holds(&self, key: &[u8]) -> bool {
+        !self.spilled || self.keys.contains_key(key)
+    }
+
+    fn entry_key(&self, key: &[u8]) -> Vec<u8> {
+        self.sessions.key_of_parts(&[&[KEY_TAG], key])
+    }
+
+    fn timer_key(&self, end: EventTime, key: &[u8]) -> Vec<u8> {
+        self.stored_timers.key_of_parts(&[&ordered(end), key])
+    }
+
+    /// Brings the sessions of those of `keys` not in memory from the store (one batched
+    /// read), deleting their stored timers.
+    pub fn load<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<()> {
+        if !self.spilled {
+            return Ok(());
+        }
+        let mut missing: Vec<&[u8]> = keys
+            .into_iter()
+            .filter(|k| !self.keys.contains_key(*k))
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let store = self.sessions.store()?;
+        let entries: Vec<Vec<u8>> = missing.iter().map(|k| self.entry_key(k)).collect();
+        let values = store.get_each(&entries)?;
+        let mut deletes = WriteBatch::default();
+        for (key, value) in missing.into_iter().zip(values) {
+            let Some(value) = value else { continue };
+            let open = decode_sessions(&value, self.aggregates)?;
+            for s in open.values() {
+                let timer = self.timer_key(s.end, key);
+                let end = just_after(&timer);
+                deletes.delete_ranges.push((timer, end));
+            }
+            self.insert(key.to_vec(), open, false, true);
+        }
+        if !deletes.delete_ranges.is_empty() {
+            store.write(deletes)?;
+        }
+        Ok(())
+    }
+
+    /// Puts a key's sessions into memory, with their timers.
+    fn insert(&mut self, key: Vec<u8>, open: Sessions, dirty: bool, stored: bool) {
+        self.bytes += KEY_BYTES + key.len();
+        for (&start, s) in &open {
+            self.bytes += s.bytes;
+            add_timer(&mut self.timers, &mut self.bytes, &key, start, s.end);
+        }
+        let entry = KeySessions {
+            open,
+            dirty,
+            stored,
+        };
+        self.keys.insert(key, entry);
+    }
+
+    /// Places a row `(t, gap, W_r)` of `key` among the key's sessions, as the session window
+    /// merges them (reading the key from the store first if needed), then folds it into its
+    /// session's state with `fold`. Returns false when the row is late: it touches no session
+    /// and its own window ended under `W_r`.
+    pub fn place(
+        &mut self,
+        key: &[u8],
+        row: (EventTime, i64, EventTime),
+        fold: impl FnOnce(&mut GroupState) -> Result<()>,
+    ) -> Result<bool> {
+        if !self.holds(key) {
+            self.load([key])?;
+        }
+        let entry = self.keys.entry_ref(key).or_insert_with(|| {
+            self.bytes += KEY_BYTES + key.len();
+            KeySessions::default()
+        });
+        let placed = place_row(
+            &mut entry.open,
+            row,
+            self.aggregates,
+            &self.floats,
+            &mut self.bytes,
+            &mut self.moved,
+        );
+        for (start, end) in self.moved.drain(..) {
+            remove_timer(&mut self.timers, &mut self.bytes, key, start, end);
+        }
+        let Some((start, retimed)) = placed else {
+            if entry.open.is_empty() && !entry.stored {
+                self.keys.remove(key);
+                self.bytes -= KEY_BYTES + key.len();
+            }
+            return Ok(false);
+        };
+        let session = entry
+            .open
+            .get_mut(&start)
+            .ok_or_else(|| EngineError::Internal("a placed row lost its session".into()))?;
+        fold(&mut session.state)?;
+        let bytes = SESSION_BYTES + session.state.size();
+        self.bytes = (self.bytes + bytes).saturating_sub(session.bytes);
+        session.bytes = bytes;
+        entry.dirty = true;
+        if retimed {
+            add_timer(&mut self.timers, &mut self.bytes, key, start, session.end);
+        }
+        Ok(true)
+    }
+
+    /// Takes out the sessions ending at or before `point`, in order of end, into `fired`
+    /// (stored ones read back first). Returns true when it stopped with [`FIRE_CHUNK`] of them
+    /// in `fired`: the caller hands those on and calls again.
+    pub fn fire_until(&mut self, point: EventTime, fired: &mut Vec<Fired>) -> Result<bool> {
+        loop {
+            if self.stored_from.is_some_and(|s| s <= point) {
+                self.promote(point)?;
+            }
+            while let Some(mut due) = self.timers.first_entry() {
+                let end = *due.key();
+                if end > point || self.stored_from.is_some_and(|s| s <= end) {
+                    break;
+                }
+                let next = due.get_mut().pop();
+                if due.get().is_empty() {
+                    due.remove();
+                }
+                let Some((key, start)) = next else { continue };
+                self.bytes = self.bytes.saturating_sub(TIMER_BYTES + key.len());
+                let lost = || EngineError::Internal("a session timer outlived its session".into());
+                let entry = self.keys.get_mut(&key).ok_or_else(lost)?;
+                let session = entry.open.remove(&start).ok_or_else(lost)?;
+                debug_assert_eq!(session.end, end);
+                self.bytes = self.bytes.saturating_sub(session.bytes);
+                if entry.open.is_empty() && !entry.stored {
+                    self.keys.remove(&key);
+                    self.bytes = self.bytes.saturating_sub(KEY_BYTES + key.len());
+                } else {
+                    entry.dirty = true;
+                }
+                fired.push(Fired {
+                    key,
+                    start,
+                    end,
+                    state: session.state,
+                });
+                if fired.len() >= FIRE_CHUNK {
+                    return Ok(true);
+                }
+            }
+            if self.stored_from.is_none_or(|s| s > point) {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Brings the keys of the first stored timers due by `point` into memory (their timers
+    /// with them) and finds the next stored timer.
+    fn promote(&mut self, point: EventTime) -> Result<()> {
+        let store = self.stored_timers.store()?;
+        let (lo, all_hi) = self.stored_timers.all();
+        let hi = match point.checked_add(1) {
+            Some(next) => self.stored_timers.key(&ordered(next)),
+            None => all_hi.clone(),
+        };
+        let due = store.scan_first(&lo, &hi, PROMOTE_CHUNK)?;
+        let skip = self.stored_timers.prefix_len() + 8;
+        let mut keys = Vec::with_capacity(due.len());
+        let mut deletes = WriteBatch::default();
+        for (timer, _) in due {
+            let key = timer
+                .get(skip..)
+                .ok_or_else(|| EngineError::State("stored session timer is malformed".into()))?;
+            keys.push(key.to_vec());
+            let end = just_after(&timer);
+            deletes.delete_ranges.push((timer, end));
+        }
+        // The timers read go even when their key's entry is missing (nothing to fire then).
+        store.write(deletes)?;
+        self.load(keys.iter().map(Vec::as_slice))?;
+        self.stored_from = match store.first_key(&lo, &all_hi)? {
+            Some(first) => Some(end_of_timer(&first, self.stored_timers.prefix_len())?),
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// Moves every key in memory to the store when memory holds more than the budget.
+    pub fn enforce_budget(&mut self) -> Result<()> {
+        if self.bytes > self.budget {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    /// Moves every key in memory to the store: its entry written if it changed (deleted if
+    /// it has no session left), a stored timer per session.
+    pub fn spill(&mut self) -> Result<()> {
+        let store = self.sessions.store()?;
+        let mut writes = ChunkedWrites::new(store.as_ref());
+        let mut first = self.stored_from;
+        for (key, k) in std::mem::take(&mut self.keys) {
+            let entry = self.entry_key(&key);
+            if k.open.is_empty() {
+                if k.stored {
+                    let end = just_after(&entry);
+                    writes.delete_range(entry, end)?;
+                }
+                continue;
+            }
+            if k.dirty || !k.stored {
+                writes.put(entry, encode_sessions(&k.open))?;
+            }
+            for s in k.open.values() {
+                writes.put(self.timer_key(s.end, &key), Vec::new())?;
+                first = Some(first.map_or(s.end, |f| f.min(s.end)));
+            }
+        }
+        writes.finish()?;
+        self.timers.clear();
+        self.bytes = 0;
+        self.spilled = true;
+        self.stored_from = first;
+        Ok(())
+    }
+
+    /// Writes the keys changed since the last barrier (before the runtime checkpoints the
+    /// store); keys left without sessions leave memory.
+    pub fn flush(&mut self) -> Result<()> {
+        let store = self.sessions.store()?;
+        let mut writes = ChunkedWrites::new(store.as_ref());
+        let mut emptied = Vec::new();
+        for (key, k) in self.keys.iter_mut().filter(|(_, k)| k.dirty) {
+            k.dirty = false;
+            let entry = self.sessions.key_of_parts(&[&[KEY_TAG], key]);
+            if k.open.is_empty() {
+                let end = just_after(&entry);
+                writes.delete_range(entry, end)?;
+                emptied.push(key.clone());
+                continue;
+            }
+            writes.put(entry, encode_sessions(&k.open))?;
+            k.stored = true;
+        }
+        writes.finish()?;
+        for key in emptied {
+            self.keys.remove(&key);
+            self.bytes = self.bytes.saturating_sub(KEY_BYTES + key.len());
+        }
+        Ok(())
+    }
+
+    /// Reads the stored sessions back after a restore (into memory up to the budget; stored
+    /// timers for the rest), converting entries of the earlier format.
+    pub fn restore(&mut self) -> Result<()> {
+        let store = self.sessions.store()?;
+        let (tlo, thi) = self.stored_timers.all();
+        store.write(WriteBatch {
+            delete_ranges: vec![(tlo, thi)],
+            ..WriteBatch::default()
+        })?;
+        let (mut from, hi) = self.sessions.all();
+        let skip = self.sessions.prefix_len();
+        let mut writes = ChunkedWrites::new(store.as_ref());
+        let mut old: Option<(Vec<u8>, Sessions)> = None;
+        let mut converted = false;
+        loop {
+            let chunk = store.scan_first(&from, &hi, RESTORE_CHUNK)?;
+            let Some((last, _)) = chunk.last() else { break };
+            from = just_after(last);
+            for (k, v) in chunk {
+                let suffix = &k[skip..];
+                match suffix.first() {
+                    Some(&KEY_TAG) => {
+                        let open = decode_sessions(&v, self.aggregates)?;
+                        self.restored(suffix[1..].to_vec(), open, true, &mut writes)?;
+                    }
+                    Some(&OLD_TAG) => {
+                        converted = true;
+                        let (key, start) = parse_old(suffix)?;
+                        let (end, state) = decode_old(&v, self.aggregates)?;
+                        if old.as_ref().is_some_and(|(k, _)| k.as_slice() != key) {
+                            if let Some((key, open)) = old.take() {
+                                self.restored(key, open, false, &mut writes)?;
+                            }
+                        }
+                        old.get_or_insert_with(|| (key.to_vec(), Sessions::new()))
+                            .1
+                            .insert(start, Session::new(end, state));
+                    }
+                    _ => return Err(EngineError::State("stored session key is malformed".into())),
+                }
+            }
+        }
+        if let Some((key, open)) = old.take() {
+            self.restored(key, open, false, &mut writes)?;
+        }
+        if converted {
+            let start = self.sessions.key(&[OLD_TAG]);
+            let end = self.sessions.key(&[OLD_TAG + 1]);
+            writes.delete_range(start, end)?;
+        }
+        writes.finish()
+    }
+
+    /// A key read on a restore: into memory while the budget allows, else its timers (and,
+    /// when it is not `stored` in this format yet, its entry) to the store.
+    fn restored(
+        &mut self,
+        key: Vec<u8>,
+        open: Sessions,
+        stored: bool,
+        writes: &mut ChunkedWrites<'_>,
+    ) -> Result<()> {
+        let size: usize = KEY_BYTES
+            + key.len()
+            + open
+                .values()
+                .map(|s| s.bytes + TIMER_BYTES + key.len())
+                .sum::<usize>();
+        if self.bytes + size <= self.budget {
+            self.insert(key, open, !stored, stored);
+            return Ok(());
+        }
+        if !stored {
+            writes.put(self.entry_key(&key), encode_sessions(&open))?;
+        }
+        for s in open.values() {
+            writes.put(self.timer_key(s.end, &key), Vec::new())?;
+            self.stored_from = Some(self.stored_from.map_or(s.end, |f| f.min(s.end)));
+        }
+        self.spilled = true;
+        Ok(())
+    }
+}
+
+fn add_timer(
+    timers: &mut BTreeMap<EventTime, Vec<(Vec<u8>, EventTime)>>,
+    bytes: &mut usize,
+    key: &[u8],
+    start: EventTime,
+    end: EventTime,
+) {
+    *bytes += TIMER_BYTES + key.len();
+    timers.entry(end).or_default().push((key.to_vec(), start));
+}
+
+fn remove_timer(
+    timers: &mut BTreeMap<EventTime, Vec<(Vec<u8>, EventTime)>>,
+    bytes: &mut usize,
+    key: &[u8],
+    start: EventTime,
+    end: EventTime,
+) {
+    let Some(list) = timers.get_mut(&end) else {
+        return;
+    };
+    if let Some(i) = list.iter().position(|(k, s)| *s == start && k == key) {
+        list.swap_remove(i);
+        *bytes = bytes.saturating_sub(TIMER_BYTES + key.len());
+    }
+    if list.is_empty() {
+        timers.remove(&end);
+    }
+}
+
+/// Places a row (`(t, gap, W_r)`) among its key's sessions, as the session window merges
+/// them: its window `[t, t + gap)` joins the sessions it overlaps or touches, adding their
+/// states together. Returns its session's start and whether that session's end is new
+/// (it needs a timer), or `None` when it touches none and its own window ended under `W_r`
+/// (late). `(start, end)` of the sessions whose timer no longer holds (merged away, or
+/// extended) go to `moved`; `bytes` follows the sessions made and merged away.
+fn place_row(
+    sessions: &mut Sessions,
+    (t, gap, watermark): (EventTime, i64, EventTime),
+    aggregates: usize,
+    floats: &[bool],
+    bytes: &mut usize,
+    moved: &mut Vec<(EventTime, EventTime)>,
+) -> Option<(EventTime, bool)> {
+    let own_end = t.saturating_add(gap);
+    // Sessions neither overlap nor touch, so by start their ends increase too: walking back
+    // from the last one starting by `own_end`, they touch until one ends before `t`.
+    let (first, second) = {
+        let mut touched = sessions
+            .range(..=own_end)
+            .rev()
+            .take_while(|(_, s)| s.end >= t)
+            .map(|(&start, _)| start);
+        (touched.next(), touched.next())
+    };
+    match (first, second) {
+        (None, _) if own_end <= watermark => return None,
+        (None, _) => {
+            let session = Session::new(own_end, GroupState::new(aggregates));
+            *bytes += session.bytes;
+            sessions.insert(t, session);
+            return Some((t, true));
+        }
+        (Some(start), None) if start <= t => {
+            let session = sessions.get_mut(&start)?;
+            if own_end <= session.end {
+                return Some((start, false));
+            }
+            moved.push((start, session.end));
+            session.end = own_end;
+            return Some((start, true));
+        }
+        _ => {}
+    }
+    let starts: Vec<EventTime> = sessions
+        .range(..=own_end)
+        .rev()
+        .take_while(|(_, s)| s.end >= t)
+        .map(|(&start, _)| start)
+        .collect();
+    let mut start = t;
+    let mut end = own_end;
+    let mut state = GroupState::new(aggregates);
+    for s in starts {
+        if let Some(old) = sessions.remove(&s) {
+            start = start.min(s);
+            end = end.max(old.end);
+            moved.push((s, old.end));
+            *bytes = bytes.saturating_sub(old.bytes);
+            state.merge(old.state, floats);
+        }
+    }
+    let merged = Session::new(end, state);
+    *bytes += merged.bytes;
+    sessions.insert(start, merged);
+    Some((start, true))
+}
+
+/// A key's sessions as stored: `(start, end, len(state): u32, state)` each.
+fn encode_sessions(open: &Sessions) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (&start, s) in open {
+        let state = s.state.encode();
+        out.extend_from_slice(&start.to_le_bytes());
+        out.extend_from_slice(&s.end.to_le_bytes());
+        out.extend_from_slice(&(state.len() as u32).to_le_bytes());
+        out.extend_from_slice(&state);
+    }
+    out
+}
+
+fn decode_sessions(mut bytes: &[u8], aggregates: usize) -> Result<Sessions> {
+    let malformed = || EngineError::State("stored sessions are malformed".into());
+    let mut open = Sessions::new();
+    while !bytes.is_empty() {
+        let start = EventTime::from_le_bytes(take(&mut bytes).ok_or_else(malformed)?);
+        let end = EventTime::from_le_bytes(take(&mut bytes).ok_or_else(malformed)?);
+        let len = u32::from_le_bytes(take(&mut bytes).ok_or_else(malformed)?) as usize;
+        let state = bytes.get(..len).ok_or_else(malformed)?;
+        open.insert(
+            start,
+            Session::new(end, GroupState::decode(state, aggregates)?),
+        );
+        bytes = &bytes[len..];
+    }
+    Ok(open)
+}
+
+/// The first `N` bytes of `bytes` as an array, advancing it.
+fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
+    let head: [u8; N] = bytes.get(..N)?.try_into().ok()?;
+    *bytes = &bytes[N..];
+    Some(head)
+}
+
+/// The end a stored timer's key (with the handle's `prefix` bytes) holds.
+fn end_of_timer(timer: &[u8], prefix: usize) -> Result<EventTime> {
+    let end: [u8; 8] = timer
+        .get(prefix..prefix + 8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| EngineError::State("stored session timer is malformed".into()))?;
+    Ok((u64::from_be_bytes(end) ^ (1 << 63)) as EventTime)
+}
+
+/// A stored key (without the handle's prefix) in either format: the partition key, and for
+/// the earlier format the session's start.
+fn parse_old(suffix: &[u8]) -> Result<(&[u8], EventTime)> {
+    let bad = || EngineError::State("stored session key is malformed".into());
+    let rest = match suffix.split_first() {
+        Some((&OLD_TAG, rest)) => rest,
+        _ => return Err(bad()),
+    };
+    let len: [u8; 4] = rest
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(bad)?;
+    let len = u32::from_be_bytes(len) as usize;
+    let key = rest.get(4..4 + len).ok_or_else(bad)?;
+    let start: [u8; 8] = rest
+        .get(4 + len..12 + len)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(bad)?;
+    Ok((key, (u64::from_be_bytes(start) ^ (1 << 63)) as EventTime))
+}
+
+/// A session stored in the earlier format: `end: i64 LE, state`.
+fn decode_old(value: &[u8], aggregates: usize) -> Result<(EventTime, GroupState)> {
+    let end: [u8; 8] = value
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| EngineError::State("stored session is malformed".into()))?;
+    Ok((
+        EventTime::from_le_bytes(end),
+        GroupState::decode(&value[8..], aggregates)?,
+    ))
+}
+
+/// The routing key of a stored session entry, either format (for a restore at another
+/// parallelism).
+pub(super) fn key_of_stored(suffix: &[u8]) -> Result<&[u8]> {
+    match suffix.split_first() {
+        Some((&KEY_TAG, key)) => Ok(key),
+        _ => parse_old(suffix).map(|(key, _)| key),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(s: &Sessions) -> Vec<(EventTime, EventTime, i64)> {
+        s.iter().map(|(&st, x)| (st, x.end, x.state.rows)).collect()
+    }
+
+    #[test]
+    fn rows_bridge_sessions_and_their_states_add() {
+        let mut s = Sessions::new();
+        let (mut bytes, mut moved) = (0, Vec::new());
+        let mut put = |s: &mut Sessions, t, w, moved: &mut Vec<_>| {
+            let (start, retimed) = place_row(s, (t, 10, w), 1, &[false], &mut bytes, moved)?;
+            s.get_mut(&start)?.state.rows += 1;
+            Some((start, retimed))
+        };
+        assert_eq!(put(&mut s, 0, EventTime::MIN, &mut moved), Some((0, true)));
+        assert_eq!(
+            put(&mut s, 25, EventTime::MIN, &mut moved),
+            Some((25, true))
+        );
+        // Inside [0, 10): the end does not move.
+        assert_eq!(put(&mut s, 0, EventTime::MIN, &mut moved), Some((0, false)));
+        assert_eq!(put(&mut s, 5, EventTime::MIN, &mut moved), Some((0, true)));
+        assert_eq!(moved, vec![(0, 10)]);
+        assert_eq!(shape(&s), vec![(0, 15, 3), (25, 35, 1)]);
+        // 15 touches [0, 15) and [25, 35): one session of all five rows.
+        moved.clear();
+        assert_eq!(put(&mut s, 15, EventTime::MIN, &mut moved), Some((0, true)));
+        assert_eq!(shape(&s), vec![(0, 35, 5)]);
+        moved.sort();
+        assert_eq!(moved, vec![(0, 15), (25, 35)]);
+        // Late: its own window [50, 60) ended under 70 and it touches nothing.
+        assert_eq!(put(&mut s, 50, 70, &mut moved), None);
+        // Earlier than the session it touches: the start moves.
+        assert_eq!(put(&mut s, -8, 0, &mut moved), Some((-8, true)));
+        assert_eq!(shape(&s), vec![(-8, 35, 6)]);
+        let sizes: usize = s.values().map(|x| x.bytes).sum();
+        assert_eq!(
+            bytes, sizes,
+            "bytes follow the sessions made and merged away"
+        );
+    }
+
+    #[test]
+    fn stored_keys_round_trip_in_both_formats() {
+        let handle = StateHandle::in_memory();
+        let old = handle.key_of_parts(&[&[OLD_TAG], &3u32.to_be_bytes(), b"abc", &ordered(-5)]);
+        let suffix = &old[handle.prefix_len()..];
+        assert_eq!(parse_old(suffix).unwrap(), (&b"abc"[..], -5));
+        assert!(parse_old(&suffix[..suffix.len() - 1]).is_err());
+        assert_eq!(key_of_stored(suffix).unwrap(), b"abc");
+        let new = handle.key_of_parts(&[&[KEY_TAG], b"xyz"]);
+        assert_eq!(key_of_stored(&new[handle.prefix_len()..]).unwrap(), b"xyz");
+        let mut open = Sessions::new();
+        for (start, end, rows) in [(-7, 3, 2), (10, 40, 5)] {
+            let mut state = GroupState::new(2);
+            state.rows = rows;
+            state.aggs[1].v = 99;
+            open.insert(start, Session::new(end, state));
+        }
+        let back = decode_sessions(&encode_sessions(&open), 2).unwrap();
+        assert_eq!(shape(&back), shape(&open));
+        assert_eq!(back[&10].state, open[&10].state);
+        assert!(decode_sessions(&encode_sessions(&open)[..30], 2).is_err());
+    }
+
+    /// A fired session: key, start, end and rows.
+    type FiredRow = (Vec<u8>, EventTime, EventTime, i64);
+
+    /// Rows of `keys` keys, a key every `gap / 4` apart in time per key.
+    fn rows(keys: u64, per_key: i64, gap: i64) -> Vec<(Vec<u8>, EventTime)> {
+        let mut out = Vec::new();
+        for i in 0..per_key {
+            for k in 0..keys {
+                // Every third key pauses past the gap halfway: two sessions.
+                let pause = if k % 3 == 0 && i >= per_key / 2 {
+                    2 * gap
+                } else {
+                    0
+                };
+                out.push((k.to_be_bytes().to_vec(), i * gap / 4 + pause + k as i64));
+            }
+        }
+        out.sort_by_key(|(_, t)| *t);
+        out
+    }
+
+    /// Places `rows` in time order (the watermark just behind), firing as it goes, with the
+    /// budget checked after every row; returns the fired sessions `(key, start, end, rows)` and
+    /// the most bytes memory held after a check.
+    fn run(
+        sessions: &mut OpenSessions,
+        rows: &[(Vec<u8>, EventTime)],
+        gap: i64,
+        barrier_every: usize,
+    ) -> (Vec<FiredRow>, usize) {
+        let mut fired = Vec::new();
+        let mut peak = 0;
+        for (n, (key, t)) in rows.iter().enumerate() {
+            while sessions.fire_until(t - 1, &mut fired).unwrap() {}
+            let placed = sessions
+                .place(key, (*t, gap, t - 1), |s| {
+                    s.rows += 1;
+                    Ok(())
+                })
+                .unwrap();
+            assert!(placed);
+            assert_eq!(sessions.bytes(), sessions.recount());
+            sessions.enforce_budget().unwrap();
+            peak = peak.max(sessions.bytes());
+            if n % barrier_every == 0 {
+                sessions.flush().unwrap();
+            }
+        }
+        while sessions.fire_until(EventTime::MAX, &mut fired).unwrap() {}
+        assert_eq!(sessions.bytes(), sessions.recount());
+        let mut out: Vec<_> = fired
+            .into_iter()
+            .map(|f| (f.key, f.start, f.end, f.state.rows))
+            .collect();
+        // Fired in order of end.
+        assert!(out.windows(2).all(|w| w[0].2 <= w[1].2));
+        out.sort();
+        (out, peak)
+    }
+
+    fn open(handle: &StateHandle, budget: usize) -> OpenSessions {
+        OpenSessions::new(handle.sub(1), handle.sub(2), budget, vec![false])
+    }
+
+    #[test]
+    fn memory_stays_within_the_budget_and_the_sessions_are_the_same() {
+        let gap = 1000;
+        let rows = rows(3000, 12, gap);
+        let (want, unbounded) = run(
+            &mut open(&StateHandle::in_memory(), usize::MAX),
+            &rows,
+            gap,
+            500,
+        );
+        assert_eq!(
+            want.len(),
+            4000,
+            "3000 keys, a thousand of them in two sessions"
+        );
+        assert_eq!(want.iter().map(|w| w.3).sum::<i64>(), 36_000);
+        for budget in [0, 20_000, 200_000] {
+            let handle = StateHandle::in_memory();
+            let mut sessions = open(&handle, budget);
+            let (got, peak) = run(&mut sessions, &rows, gap, 500);
+            assert_eq!(got, want, "budget {budget}");
+            assert!(peak <= budget, "budget {budget}: {peak} bytes held");
+            assert!(
+                unbounded > 4 * budget,
+                "the budget {budget} bounds something"
+            );
+            // Everything fired: nothing of it is left in memory or the store.
+            sessions.flush().unwrap();
+            assert_eq!(sessions.keys_in_memory(), 0);
+            let store = handle.store().unwrap();
+            let (lo, hi) = handle.all();
+            assert_eq!(store.scan(&lo, &hi).unwrap(), vec![], "budget {budget}");
+        }
+    }
+
+    #[test]
+    fn a_restore_reads_back_within_the_budget_and_converts_the_earlier_format() {
+        let gap = 1000;
+        let rows = rows(500, 8, gap);
+        let half = rows.len() / 2;
+        let (want, _) = run(
+            &mut open(&StateHandle::in_memory(), usize::MAX),
+            &rows,
+            gap,
+            1,
+        );
+        for (budget, old_format) in [
+            (usize::MAX, false),
+            (10_000, false),
+            (usize::MAX, true),
+            (10_000, true),
+        ] {
+            let handle = StateHandle::in_memory();
+            let mut first = open(&handle, budget);
+            let mut fired = Vec::new();
+            for (key, t) in &rows[..half] {
+                while first.fire_until(t - 1, &mut fired).unwrap() {}
+                first
+                    .place(key, (*t, gap, t - 1), |s| {
+                        s.rows += 1;
+                        Ok(())
+                    })
+                    .unwrap();
+                first.enforce_budget().unwrap();
+            }
+            first.flush().unwrap();
+            let store = handle.store().unwrap();
+            if old_format {
+                // The same sessions as one entry each, the earlier way (timers dropped).
+                let (lo, hi) = handle.all();
+                let mut batch = WriteBatch {
+                    delete_ranges: vec![(lo.clone(), hi.clone())],
+                    ..WriteBatch::default()
+                };
+                for (k, v) in store.scan(&lo, &hi).unwrap() {
+                    let sessions = handle.sub(1);
+                    if k[..2] != sessions.key(&[])[..] {
+                        continue;
+                    }
+                    let key = &k[3..];
+                    for (start, s) in decode_sessions(&v, 1).unwrap() {
+                        let len = (key.len() as u32).to_be_bytes();
+                        let mut value = s.end.to_le_bytes().to_vec();
+                        value.extend_from_slice(&s.state.encode());
+                        batch.puts.push((
+                            sessions.key_of_parts(&[&[OLD_TAG], &len, key, &ordered(start)]),
+                            value,
+                        ));
+                    }
+                }
+                store.write(batch).unwrap();
+            }
+            let mut second = open(&handle, budget);
+            second.restore().unwrap();
+            assert!(second.bytes() <= budget);
+            let mut rest = Vec::new();
+            for (key, t) in &rows[half..] {
+                while second.fire_until(t - 1, &mut rest).unwrap() {}
+                second
+                    .place(key, (*t, gap, t - 1), |s| {
+                        s.rows += 1;
+                        Ok(())
+                    })
+                    .unwrap();
+                assert_eq!(second.bytes(), second.recount());
+                second.enforce_budget().unwrap();
+                assert!(second.bytes() <= budget);
+            }
+            while second.fire_until(EventTime::MAX, &mut rest).unwrap() {}
+            let mut got: Vec<_> = fired
+                .into_iter()
+                .chain(rest)
+                .map(|f| (f.key, f.start, f.end, f.state.rows))
+                .collect();
+            got.sort();
+            assert_eq!(got, want, "budget {budget}, old format {old_format}");
+            if old_format {
+                let old = handle.sub(1);
+                let left = store
+                    .scan(&old.key(&[OLD_TAG]), &old.key(&[OLD_TAG + 1]))
+                    .unwrap();
+                assert!(left.is_empty(), "the earlier format's entries are gone");
+            }
+        }
+    }
+}
