@@ -1,15 +1,11 @@
-//! Peak memory of large window state against `memory_budget`, over 5,000,000 distinct keys
-//! (`WEIR_BENCH_KEYS` to change) and one hour of event time, run by the release `weir -f`
-//! binary at 16 MB, 256 MB and 1 GB budgets:
-//! - `TUMBLE 1 h` grouped by the key: one window holding every key;
-//! - `SESSION` with a 1 h gap partitioned by the key: a session open per key until the input
-//!   ends (the session aggregate's open sessions).
+//! Peak memory of one large window against `memory_budget`: `TUMBLE 1 h` grouped by a key
+//! over 5,000,000 distinct keys (`WEIR_BENCH_KEYS` to change), one hour of event time, run
+//! by the release `weir -f` binary at 16 MB, 256 MB and 1 GB budgets.
 //!
 //! For each run it prints the peak RSS of the process (`wait4`'s `ru_maxrss`), the same for
 //! a scan of the same file (`SELECT count(*)`: the process, DataFusion, the file reader: the
 //! fixed overhead), the time, and the result's digest, which must be the same at every
-//! budget (for sessions, of the sorted lines: their instances' output interleaves). State
-//! past the budget goes to the task's store. Each figure is the median
+//! budget. State past the budget goes to the task's RocksDB store. Each figure is the median
 //! of `WEIR_BENCH_RUNS` runs (default 1). Run with `cargo bench --workspace --bench memory`
 //! after `cargo build --release --workspace`.
 
@@ -72,21 +68,15 @@ fn run_weir(script: &Path, out: &Path) -> (f64, f64) {
     (usage.ru_maxrss as f64 / 1024.0, secs)
 }
 
-/// A digest of the result file (of its lines sorted when `sorted`) and its data lines.
-fn digest(path: &Path, sorted: bool) -> (u64, usize) {
+/// A digest of the result file and its data lines.
+fn digest(path: &Path) -> (u64, usize) {
     let text = std::fs::read(path).unwrap();
-    let mut lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
-    if sorted {
-        lines.sort_unstable();
-    }
     let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for line in &lines {
-        for b in line.iter().chain(b"\n") {
-            h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
-        }
+    for b in &text {
+        h = (h ^ *b as u64).wrapping_mul(0x100_0000_01b3);
     }
-    let rows = text.iter().filter(|b| **b == b'\n').count();
-    (h, rows.saturating_sub(1))
+    let lines = text.iter().filter(|b| **b == b'\n').count();
+    (h, lines.saturating_sub(1))
 }
 
 fn main() {
@@ -111,24 +101,24 @@ fn main() {
         path
     };
     let out = dir.path().join("out.csv");
-    let measure = |path: &Path, sorted: bool| {
+    let measure = |path: &Path| {
         let (mut rss, mut secs) = (Vec::new(), Vec::new());
         let mut result = (0, 0);
         for _ in 0..runs {
             let (r, s) = run_weir(path, &out);
             rss.push(r);
             secs.push(s);
-            result = digest(&out, sorted);
+            result = digest(&out);
         }
         (median(rss), median(secs), result)
     };
 
     println!(
-        "TUMBLE 1 h and SESSION (1 h gap) by k over {keys} rows of distinct keys; peak RSS of \
-         `weir -f`; median of {runs} run(s)\n"
+        "TUMBLE 1 h GROUP BY k over {keys} rows of distinct keys; peak RSS of `weir -f`; \
+         median of {runs} run(s)\n"
     );
     let scan = script("scan.sql", "16MB", "SELECT count(*) FROM t;");
-    let (base_rss, base_secs, _) = measure(&scan, false);
+    let (base_rss, base_secs, _) = measure(&scan);
     println!(
         "{:<34} {:>12} {:>14} {:>9} {:>10}",
         "run", "peak MiB", "over scan MiB", "seconds", "rows"
@@ -137,40 +127,28 @@ fn main() {
         "{:<34} {:>12.0} {:>14} {:>9.2} {:>10}",
         "scan only: SELECT count(*)", base_rss, "-", base_secs, 1
     );
-    let queries = [
-        (
-            "window",
-            "SELECT window_start, k, count(*), sum(v)
-             FROM TUMBLE(t, ts, INTERVAL '1' HOUR) GROUP BY window_start, window_end, k;",
-        ),
-        (
-            "sessions",
-            "SELECT k, window_start, window_end, count(*), sum(v)
-             FROM SESSION(t, ts, INTERVAL '1' HOUR, k) GROUP BY k, window_start, window_end;",
-        ),
-    ];
-    for (name, query) in queries {
-        let mut results = Vec::new();
-        for budget in ["16MB", "256MB", "1GB"] {
-            let path = script(&format!("{name}-{budget}.sql"), budget, query);
-            let (rss, secs, result) = measure(&path, name == "sessions");
-            println!(
-                "{:<34} {:>12.0} {:>14.0} {:>9.2} {:>10}",
-                format!("{name}, memory_budget = {budget}"),
-                rss,
-                rss - base_rss,
-                secs,
-                result.1
-            );
-            results.push(result);
-        }
-        assert!(
-            results.windows(2).all(|w| w[0] == w[1]),
-            "{name}: every budget gives the same result: {results:?}"
-        );
+    let query = "SELECT window_start, k, count(*), sum(v)
+                 FROM TUMBLE(t, ts, INTERVAL '1' HOUR) GROUP BY window_start, window_end, k;";
+    let mut results = Vec::new();
+    for budget in ["16MB", "256MB", "1GB"] {
+        let path = script(&format!("q-{budget}.sql"), budget, query);
+        let (rss, secs, result) = measure(&path);
         println!(
-            "{name}: the result is the same at every budget ({} rows)",
-            results[0].1
+            "{:<34} {:>12.0} {:>14.0} {:>9.2} {:>10}",
+            format!("window, memory_budget = {budget}"),
+            rss,
+            rss - base_rss,
+            secs,
+            result.1
         );
+        results.push(result);
     }
+    assert!(
+        results.windows(2).all(|w| w[0] == w[1]),
+        "every budget gives the same result: {results:?}"
+    );
+    println!(
+        "\nthe result is byte-identical at every budget ({} rows)",
+        results[0].1
+    );
 }

@@ -184,7 +184,8 @@ impl OpenSessions {
     }
 
     /// Brings the sessions of those of `keys` not in memory from the store (one batched
-    /// read), deleting their stored timers.
+    /// read), deleting their stored timers. A key the store does not hold enters memory
+    /// without sessions, so that it is not looked for again.
     pub fn load<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<()> {
         if !self.spilled {
             return Ok(());
@@ -203,7 +204,10 @@ impl OpenSessions {
         let values = store.get_each(&entries)?;
         let mut deletes = WriteBatch::default();
         for (key, value) in missing.into_iter().zip(values) {
-            let Some(value) = value else { continue };
+            let Some(value) = value else {
+                self.insert(key.to_vec(), Sessions::new(), false, false);
+                continue;
+            };
             let open = decode_sessions(&value, self.aggregates)?;
             for s in open.values() {
                 let timer = self.timer_key(s.end, key);
@@ -333,7 +337,13 @@ impl OpenSessions {
     /// with them) and finds the next stored timer.
     fn promote(&mut self, point: EventTime) -> Result<()> {
         let store = self.stored_timers.store()?;
-        let (lo, all_hi) = self.stored_timers.all();
+        // From the earliest stored timer, not the range's start: the timers taken out before
+        // it left deletions there that a scan would step over again each time.
+        let (_, all_hi) = self.stored_timers.all();
+        let lo = match self.stored_from {
+            Some(from) => self.stored_timers.key(&ordered(from)),
+            None => return Ok(()),
+        };
         let hi = match point.checked_add(1) {
             Some(next) => self.stored_timers.key(&ordered(next)),
             None => all_hi.clone(),
