@@ -7,15 +7,21 @@
 //!   Instances fire at their own pace, so rows of later windows may already be here; they wait
 //!   for their own watermark. Rows without a window (no window column in the output, or a NULL
 //!   one) are emitted at the next watermark.
-//! - state: result rows not yet emitted, by window ([`OpenWindows`], one lane): in memory up
-//!   to the task's budget, written to the task's store past it and at each barrier, read back
-//!   on restore. Runs as one instance (its input is merged), so a restore keeps every row.
+//! - state: result rows not yet emitted, as they arrived, each batch held under the earliest
+//!   window end among its rows ([`OpenWindows`], one lane): in memory up to the task's budget,
+//!   written to the task's store past it and at each barrier, read back on restore. A watermark
+//!   takes the batches held under ends it passed and puts back the rows of later windows under
+//!   their own earliest end. Holding batches, not windows, keeps a result of one row per window
+//!   (a SESSION per key) at the cost of its rows, not of a window each. Runs as one instance
+//!   (its input is merged), so a restore keeps every row.
 //! - at end: the rest, sorted.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use datafusion::arrow::array::BooleanArray;
 use datafusion::arrow::compute::{
-    concat_batches, lexsort_to_indices, take_record_batch, SortColumn,
+    concat_batches, filter_record_batch, lexsort_to_indices, take_record_batch, SortColumn,
 };
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -26,7 +32,7 @@ use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MAX};
 use crate::operator::{Operator, Output};
 use crate::operators::windowed::{
-    buckets_for, split_by_window, BufferedRows, LaneState, OpenWindows, PartRoute, WindowColumn,
+    buckets_for, BufferedRows, LaneState, OpenWindows, PartRoute, WindowColumn,
 };
 
 /// Plan node of the emit-order step.
@@ -48,9 +54,17 @@ impl OperatorFactory for EmitOrderSpec {
             route: PartRoute::Single,
             part_schema: Arc::clone(&self.schema),
         };
+        let held = OpenWindows::open(vec![lane], task.state.memory_budget(), task.restored_epoch)?;
+        // Restored batches may hold rows of any later window.
+        let reach = held
+            .ends_between(0, EventTime::MIN, EventTime::MAX)
+            .into_iter()
+            .map(|end| (end, EventTime::MAX))
+            .collect();
         Ok(Box::new(EmitOrderOperator {
             spec: self.clone(),
-            held: OpenWindows::open(vec![lane], task.state.memory_budget(), task.restored_epoch)?,
+            held,
+            reach,
         }))
     }
 }
@@ -58,15 +72,25 @@ impl OperatorFactory for EmitOrderSpec {
 /// A running emit-order step.
 pub struct EmitOrderOperator {
     spec: EmitOrderSpec,
-    /// Rows not emitted yet, by window; rows without a window under [`EventTime::MIN`].
+    /// Rows not emitted yet, each batch under the earliest end of its rows' windows; rows
+    /// without a window end at [`EventTime::MIN`].
     held: OpenWindows<BufferedRows>,
+    /// For each end batches are held under, the latest end of their rows (`MAX` for batches
+    /// restored from a checkpoint: not known).
+    reach: BTreeMap<EventTime, EventTime>,
 }
 
 impl EmitOrderOperator {
-    fn hold(&mut self, end: EventTime, rows: RecordBatch) -> Result<()> {
+    /// Holds `rows`, whose windows end at `ends`, under the earliest of them.
+    fn hold(&mut self, rows: RecordBatch, ends: &[EventTime]) -> Result<()> {
+        let (Some(first), Some(last)) = (ends.iter().min(), ends.iter().max()) else {
+            return Ok(());
+        };
+        let reach = self.reach.entry(*first).or_insert(*last);
+        *reach = (*reach).max(*last);
         self.held.update(
             0,
-            end,
+            *first,
             || Ok(BufferedRows::default()),
             |b| {
                 b.push(rows);
@@ -75,12 +99,57 @@ impl EmitOrderOperator {
         )
     }
 
+    /// Each row's window end (`MIN` without a window).
+    fn ends(&self, rows: &RecordBatch) -> Result<Vec<EventTime>> {
+        match self.spec.window {
+            Some(window) => window.ends_or_min(rows),
+            None => Ok(vec![EventTime::MIN; rows.num_rows()]),
+        }
+    }
+
+    /// Makes the batches held under `ends` (all at or before `watermark`) hold only rows of
+    /// windows ending at or before it: batches that reach past it are taken, their rows of
+    /// later windows held again under their own earliest end.
+    fn settle(&mut self, watermark: EventTime, ends: &[EventTime]) -> Result<()> {
+        for end in ends {
+            if self.reach.get(end).is_some_and(|r| *r <= watermark) {
+                continue;
+            }
+            self.reach.remove(end);
+            let taken = self.held.take(0, *end)?;
+            let batches = taken
+                .memory
+                .map(BufferedRows::into_batches)
+                .unwrap_or_default()
+                .into_iter()
+                .chain(taken.parts);
+            for rows in batches {
+                let row_ends = self.ends(&rows)?;
+                if row_ends.iter().all(|e| *e <= watermark) {
+                    self.hold(rows, &row_ends)?;
+                    continue;
+                }
+                let due: BooleanArray = row_ends.iter().map(|e| Some(*e <= watermark)).collect();
+                let (now, later): (Vec<_>, Vec<_>) =
+                    row_ends.iter().partition(|e| **e <= watermark);
+                self.hold(filter_record_batch(&rows, &due)?, &now)?;
+                let not_due = datafusion::arrow::compute::not(&due)?;
+                self.hold(filter_record_batch(&rows, &not_due)?, &later)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Emits the held rows of windows ending at or before `watermark`, sorted: in memory when
     /// they fit in the budget, else in key ranges, one range at a time.
     fn flush(&mut self, watermark: EventTime, out: &mut Output) -> Result<()> {
         let ends = self.held.advance(watermark);
         if ends.is_empty() {
             return Ok(());
+        }
+        self.settle(watermark, &ends)?;
+        for end in &ends {
+            self.reach.remove(end);
         }
         let mut bytes = 0u64;
         for end in &ends {
@@ -107,7 +176,12 @@ impl EmitOrderOperator {
         if let Some(sorted) = self.sorted(&ready)? {
             out.emit(sorted);
         }
-        Ok(())
+        self.enforce_budget()
+    }
+
+    fn enforce_budget(&mut self) -> Result<()> {
+        let schema = &self.spec.schema;
+        self.held.enforce_budget(|_, rows| rows.into_part(schema))
     }
 
     /// `batches` as one batch sorted by every column; types without an ordering (lists, maps)
@@ -197,7 +271,7 @@ impl EmitOrderOperator {
         for end in ends {
             self.held.drop_spread(0, *end)?;
         }
-        Ok(())
+        self.enforce_budget()
     }
 }
 
@@ -262,23 +336,11 @@ impl Operator for EmitOrderOperator {
         _input: usize,
         _out: &mut Output,
     ) -> Result<()> {
-        if batch.num_rows() == 0 {
-            return Ok(());
-        }
-        match self.spec.window {
-            None => self.hold(EventTime::MIN, batch)?,
-            Some(window) => {
-                // Rows are never late here: each instance sends a window's rows before the
-                // watermark that closes it; rows of windows already closed (NULL windows)
-                // wait for the next one.
-                let ends = window.ends_or_min(&batch)?;
-                for run in split_by_window(&ends) {
-                    self.hold(run.end, run.owned_batch(&batch)?)?;
-                }
-            }
-        }
-        let schema = &self.spec.schema;
-        self.held.enforce_budget(|_, rows| rows.into_part(schema))
+        // Rows are never late here: each instance sends a window's rows before the watermark
+        // that closes it; rows of windows already closed (NULL windows) wait for the next one.
+        let ends = self.ends(&batch)?;
+        self.hold(batch, &ends)?;
+        self.enforce_budget()
     }
 
     fn on_watermark(&mut self, watermark: EventTime, out: &mut Output) -> Result<EventTime> {

@@ -275,6 +275,10 @@ impl SessionAggregateOperator {
     ) -> Result<()> {
         while self.sessions.fire_until(point, fired)? {
             self.emit(std::mem::take(fired), out)?;
+            // Passed on now, not when the call returns: a watermark may fire every session.
+            out.flush()?;
+            // Keys read back to fire may hold later sessions too.
+            self.sessions.enforce_budget()?;
         }
         Ok(())
     }

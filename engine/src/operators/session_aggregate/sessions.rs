@@ -291,6 +291,23 @@ impl OpenSessions {
     /// (stored ones read back first). Returns true when it stopped with [`FIRE_CHUNK`] of them
     /// in `fired`: the caller hands those on and calls again.
     pub fn fire_until(&mut self, point: EventTime, fired: &mut Vec<Fired>) -> Result<bool> {
+        let mut emptied = WriteBatch::default();
+        let more = self.fire_into(point, fired, &mut emptied);
+        if !emptied.delete_ranges.is_empty() {
+            self.sessions.store()?.write(emptied)?;
+        }
+        more
+    }
+
+    /// [`Self::fire_until`], adding the deletion of the stored entries of keys left without
+    /// sessions to `emptied`: such keys leave memory at once, so that a key is not kept for
+    /// nothing after its last session fired.
+    fn fire_into(
+        &mut self,
+        point: EventTime,
+        fired: &mut Vec<Fired>,
+        emptied: &mut WriteBatch,
+    ) -> Result<bool> {
         loop {
             if self.stored_from.is_some_and(|s| s <= point) {
                 self.promote(point)?;
@@ -311,7 +328,12 @@ impl OpenSessions {
                 let session = entry.open.remove(&start).ok_or_else(lost)?;
                 debug_assert_eq!(session.end, end);
                 self.bytes = self.bytes.saturating_sub(session.bytes);
-                if entry.open.is_empty() && !entry.stored {
+                if entry.open.is_empty() {
+                    if entry.stored {
+                        let stored = self.entry_key(&key);
+                        let end = just_after(&stored);
+                        emptied.delete_ranges.push((stored, end));
+                    }
                     self.keys.remove(&key);
                     self.bytes = self.bytes.saturating_sub(KEY_BYTES + key.len());
                 } else {

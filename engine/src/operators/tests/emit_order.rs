@@ -135,12 +135,16 @@ fn held_rows_survive_a_restore_and_a_spill() {
     h.batch(0, batch(&input[0])).unwrap();
     assert_eq!(
         h.stored_entries().unwrap(),
-        3,
-        "each window's rows were spilled"
+        1,
+        "the batch was spilled, under its earliest window"
     );
     h.watermark(10).unwrap();
     assert_eq!(int_rows(&h.take_output()).len(), 1);
-    assert_eq!(h.stored_entries().unwrap(), 2);
+    assert_eq!(
+        h.stored_entries().unwrap(),
+        1,
+        "the rows of later windows were spilled again, under the next end"
+    );
 }
 
 #[test]
@@ -173,5 +177,63 @@ fn windows_past_the_budget_come_out_sorted_one_key_range_at_a_time() {
         let got: Vec<_> = batches.into_iter().flatten().collect();
         assert!(got == want, "sorted and complete with budget {budget}");
         assert_eq!(h.stored_entries().unwrap(), 0, "nothing is left behind");
+    }
+}
+
+#[test]
+fn a_window_per_row_comes_out_at_its_own_watermark_across_restores_and_spills() {
+    // Instances run ahead of the merged watermark: a batch mixes rows of windows that end
+    // before the next watermark and rows of windows far later, each row its own window (a
+    // SESSION per key). Every watermark must emit exactly the rows whose window ended since
+    // the one before, sorted.
+    for budget in [usize::MAX, 1, 4 << 10] {
+        for restores in [false, true] {
+            let op = emit_order(true).with_memory_budget(budget);
+            let mut h = op.start(1).unwrap();
+            let mut rng = crate::operators::harness::Rng::new(11 + budget as u64 % 7);
+            let mut waiting: Vec<(i64, Option<i64>)> = Vec::new();
+            let mut watermark = 0i64;
+            let mut next_key = 0i64;
+            for step in 0..400 {
+                if rng.below(3) > 0 {
+                    let rows: Vec<(i64, Option<i64>)> = (0..1 + rng.below(40))
+                        .map(|_| {
+                            next_key += 1;
+                            let start =
+                                (rng.below(8) > 0).then(|| watermark + rng.below(200) as i64 - 9);
+                            (next_key * 7919 % 100_003, start)
+                        })
+                        .collect();
+                    // A NULL window is done at the next watermark.
+                    waiting.extend(rows.iter().copied());
+                    h.batch(0, batch(&rows)).unwrap();
+                    continue;
+                }
+                if restores && step % 9 == 0 {
+                    let checkpoint = h.barrier().unwrap();
+                    assert!(emitted(&mut h).is_empty(), "a barrier emits nothing");
+                    h = op.restore(&checkpoint, 1).unwrap();
+                }
+                watermark += rng.below(30) as i64;
+                h.watermark(watermark).unwrap();
+                let mut want: Vec<_> = waiting
+                    .iter()
+                    .filter(|r| r.1.is_none_or(|s| s + 10 <= watermark))
+                    .copied()
+                    .collect();
+                waiting.retain(|r| r.1.is_some_and(|s| s + 10 > watermark));
+                want.sort();
+                let got: Vec<_> = emitted(&mut h).into_iter().flatten().collect();
+                assert_eq!(
+                    got, want,
+                    "watermark {watermark}, budget {budget}, restores {restores}"
+                );
+            }
+            h.end().unwrap();
+            waiting.sort();
+            let got: Vec<_> = emitted(&mut h).into_iter().flatten().collect();
+            assert_eq!(got, waiting, "the rest at the end");
+            assert_eq!(h.stored_entries().unwrap(), 0, "nothing is left behind");
+        }
     }
 }

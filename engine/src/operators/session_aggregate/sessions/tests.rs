@@ -125,8 +125,17 @@ fn run(
             sessions.flush().unwrap();
         }
     }
-    while sessions.fire_until(EventTime::MAX, &mut fired).unwrap() {}
+    while sessions.fire_until(EventTime::MAX, &mut fired).unwrap() {
+        assert_eq!(sessions.bytes(), sessions.recount());
+        sessions.enforce_budget().unwrap();
+        peak = peak.max(sessions.bytes());
+    }
     assert_eq!(sessions.bytes(), sessions.recount());
+    assert_eq!(
+        sessions.keys_in_memory(),
+        0,
+        "keys leave memory with their last session, read back or not"
+    );
     let mut out: Vec<_> = fired
         .into_iter()
         .map(|f| (f.key, f.start, f.end, f.state.rows))
