@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 
-use datafusion::common::HashMap;
+use datafusion::common::{HashMap, HashSet};
 
 use crate::error::{EngineError, Result};
 use crate::message::EventTime;
@@ -187,6 +187,15 @@ impl OpenSessions {
     /// read), deleting their stored timers. A key the store does not hold enters memory
     /// without sessions, so that it is not looked for again.
     pub fn load<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<()> {
+        self.load_except(keys, &HashSet::default())
+    }
+
+    /// [`Self::load`], leaving the stored timers in `deleted` alone (deleted already).
+    fn load_except<'k>(
+        &mut self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+        deleted: &HashSet<Vec<u8>>,
+    ) -> Result<()> {
         if !self.spilled {
             return Ok(());
         }
@@ -211,6 +220,9 @@ impl OpenSessions {
             let open = decode_sessions(&value, self.aggregates)?;
             for s in open.values() {
                 let timer = self.timer_key(s.end, key);
+                if deleted.contains(&timer) {
+                    continue;
+                }
                 let end = just_after(&timer);
                 deletes.delete_ranges.push((timer, end));
             }
@@ -374,17 +386,20 @@ impl OpenSessions {
         let skip = self.stored_timers.prefix_len() + 8;
         let mut keys = Vec::with_capacity(due.len());
         let mut deletes = WriteBatch::default();
+        let mut deleted = HashSet::default();
         for (timer, _) in due {
             let key = timer
                 .get(skip..)
                 .ok_or_else(|| EngineError::State("stored session timer is malformed".into()))?;
             keys.push(key.to_vec());
             let end = just_after(&timer);
-            deletes.delete_ranges.push((timer, end));
+            deletes.delete_ranges.push((timer.clone(), end));
+            deleted.insert(timer);
         }
-        // The timers read go even when their key's entry is missing (nothing to fire then).
+        // The timers read go even when their key's entry is missing (nothing to fire then);
+        // reading the keys back deletes only their other timers.
         store.write(deletes)?;
-        self.load(keys.iter().map(Vec::as_slice))?;
+        self.load_except(keys.iter().map(Vec::as_slice), &deleted)?;
         self.stored_from = match store.first_key(&lo, &all_hi)? {
             Some(first) => Some(end_of_timer(&first, self.stored_timers.prefix_len())?),
             None => None,
