@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::BooleanArray;
 use datafusion::arrow::compute::{
-    concat_batches, filter_record_batch, lexsort_to_indices, take_record_batch, SortColumn,
+    concat_batches, filter_record_batch, lexsort_to_indices, not, take_record_batch, SortColumn,
 };
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -133,8 +133,7 @@ impl EmitOrderOperator {
                 let (now, later): (Vec<_>, Vec<_>) =
                     row_ends.iter().partition(|e| **e <= watermark);
                 self.hold(filter_record_batch(&rows, &due)?, &now)?;
-                let not_due = datafusion::arrow::compute::not(&due)?;
-                self.hold(filter_record_batch(&rows, &not_due)?, &later)?;
+                self.hold(filter_record_batch(&rows, &not(&due)?)?, &later)?;
             }
         }
         Ok(())
