@@ -88,15 +88,7 @@ impl EmitOrderOperator {
         };
         let reach = self.reach.entry(*first).or_insert(*last);
         *reach = (*reach).max(*last);
-        self.held.update(
-            0,
-            *first,
-            || Ok(BufferedRows::default()),
-            |b| {
-                b.push(rows);
-                Ok(())
-            },
-        )
+        self.held.push(0, *first, [rows])
     }
 
     /// Each row's window end (`MIN` without a window).

@@ -498,15 +498,7 @@ impl IntervalJoinOperator {
             for part in parts {
                 back.push(self.probe_part(arrivals, part, out)?);
             }
-            self.buckets.update(
-                other,
-                end,
-                || Ok(BufferedRows::default()),
-                |b| {
-                    back.into_iter().for_each(|p| b.push(p));
-                    Ok(())
-                },
-            )?;
+            self.buckets.push(other, end, back)?;
         }
         Ok(())
     }
@@ -547,15 +539,7 @@ impl IntervalJoinOperator {
                 self.expire(side, &held, out)?;
                 continue;
             }
-            self.buckets.update(
-                side,
-                run.end,
-                || Ok(BufferedRows::default()),
-                |b| {
-                    b.push(held);
-                    Ok(())
-                },
-            )?;
+            self.buckets.push(side, run.end, [held])?;
         }
         Ok(())
     }

@@ -254,15 +254,7 @@ impl SessionAggregateOperator {
     /// one: the watermark that passes it takes them all out, and those it did not pass yet
     /// wait again.
     fn wait(&mut self, rows: RecordBatch, first: EventTime) -> Result<()> {
-        self.windows.update(
-            PENDING,
-            first.saturating_add(1),
-            || Ok(BufferedRows::default()),
-            |b| {
-                b.push(rows);
-                Ok(())
-            },
-        )
+        self.windows.push(PENDING, first.saturating_add(1), [rows])
     }
 
     /// Fires the sessions ending at or before `point` into `fired`, emitting them a chunk at

@@ -140,15 +140,7 @@ impl SessionWindowOperator {
             } else {
                 take_record_batch(rows, &UInt32Array::from(indices))?
             };
-            self.windows.update(
-                HELD,
-                end,
-                || Ok(BufferedRows::default()),
-                |b| {
-                    b.push(held);
-                    Ok(())
-                },
-            )?;
+            self.windows.push(HELD, end, [held])?;
         }
         Ok(())
     }
@@ -392,15 +384,7 @@ fn wait(
         .collect();
     for run in split_by_window(&waits) {
         let rows = run.owned_batch(&part)?;
-        windows.update(
-            PENDING,
-            run.end,
-            || Ok(BufferedRows::default()),
-            |b| {
-                b.push(rows);
-                Ok(())
-            },
-        )?;
+        windows.push(PENDING, run.end, [rows])?;
     }
     Ok(())
 }

@@ -494,15 +494,7 @@ impl WindowJoinOperator {
 
     /// `keys ++ row` of a batch of input `input`.
     fn buffer(&mut self, input: usize, end: EventTime, rows: RecordBatch) -> Result<()> {
-        self.windows.update(
-            input,
-            end,
-            || Ok(BufferedRows::default()),
-            |b| {
-                b.push(rows);
-                Ok(())
-            },
-        )
+        self.windows.push(input, end, [rows])
     }
 
     fn enforce_budget(&mut self) -> Result<()> {

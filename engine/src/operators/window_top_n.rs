@@ -226,15 +226,7 @@ impl Operator for WindowTopNOperator {
         for run in self.windows.open_runs(&ends, &self.metrics) {
             // Held until the window fires: a copy, so it keeps no other window's rows alive.
             let rows = run.owned_batch(&part)?;
-            self.windows.update(
-                0,
-                run.end,
-                || Ok(BufferedRows::default()),
-                |b| {
-                    b.push(rows);
-                    Ok(())
-                },
-            )?;
+            self.windows.push(0, run.end, [rows])?;
         }
         let schema = self.part.schema();
         self.windows

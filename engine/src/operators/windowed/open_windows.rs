@@ -445,6 +445,26 @@ impl<T: WindowContents> OpenWindows<T> {
     }
 }
 
+impl OpenWindows<BufferedRows> {
+    /// Holds `rows` in the window ending at `end` in `lane`, after the rows it holds.
+    pub fn push(
+        &mut self,
+        lane: usize,
+        end: EventTime,
+        rows: impl IntoIterator<Item = RecordBatch>,
+    ) -> Result<()> {
+        self.update(
+            lane,
+            end,
+            || Ok(BufferedRows::default()),
+            |b| {
+                rows.into_iter().for_each(|r| b.push(r));
+                Ok(())
+            },
+        )
+    }
+}
+
 impl<T> Lane<T> {
     /// Drops the stored copy of a mirrored window (memory holds all of it).
     fn unmirror(&mut self, end: EventTime) -> Result<()> {
@@ -479,16 +499,7 @@ mod tests {
     }
 
     fn add(w: &mut OpenWindows<BufferedRows>, values: &[i64]) {
-        w.update(
-            0,
-            10,
-            || Ok(BufferedRows::default()),
-            |b| {
-                b.push(rows(values));
-                Ok(())
-            },
-        )
-        .unwrap();
+        w.push(0, 10, [rows(values)]).unwrap();
     }
 
     /// Every row of the window ending at 10, taken out, sorted.
