@@ -17,7 +17,7 @@ use nexmark::config::NexmarkConfig;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use super::rng::{EventRng, Lanes};
+use super::rng::{EventRng, Lanes, Letters};
 use super::Stream;
 
 /// Fraction of people / auctions that are hot sellers, bidders, auctions: one in these.
@@ -258,10 +258,13 @@ struct Columns {
     ints: Vec<Int64Builder>,
     strings: Vec<BinaryBuilder>,
     times: Vec<TimestampNanosecondBuilder>,
+    /// The stream's `extra`, drawn straight into its column.
+    extra: Letters,
 }
 
 impl Columns {
-    fn new(n: usize, ints: usize, strings: usize, times: usize) -> Self {
+    /// Room for `n` events with `extra` letters each on average.
+    fn new(n: usize, ints: usize, strings: usize, times: usize, extra: usize) -> Self {
         Self {
             ints: (0..ints).map(|_| Int64Builder::with_capacity(n)).collect(),
             strings: (0..strings)
@@ -270,6 +273,7 @@ impl Columns {
             times: (0..times)
                 .map(|_| TimestampNanosecondBuilder::with_capacity(n))
                 .collect(),
+            extra: Letters::with_capacity(n, n * extra),
         }
     }
 }
@@ -338,57 +342,65 @@ impl ArrowGenerator {
     ) -> (Vec<ArrayRef>, usize) {
         let mut scratch = Scratch::default();
         // The events' numbers (over all streams), each written by `write`; their `extra`
-        // strings go to the string column `extra` as lanes of them are drawn.
-        let mut fill =
-            |c: &mut Columns, write: fn(&Self, usize, &mut Columns, &mut Scratch), extra: usize| {
-                let mut taken = 0;
-                while taken < n {
-                    let number = self.config.event_number(self.stream, *offset);
-                    if limit.is_some_and(|l| number as u64 >= l) {
-                        break;
-                    }
-                    write(self, number, c, &mut scratch);
-                    if scratch.extras.is_full() {
-                        scratch
-                            .extras
-                            .draw(|letters| c.strings[extra].append_value(letters));
-                    }
-                    *offset += step;
-                    taken += 1;
+        // strings go to the column `extra` as lanes of them are drawn.
+        let mut fill = |c: &mut Columns, write: fn(&Self, usize, &mut Columns, &mut Scratch)| {
+            let mut taken = 0;
+            while taken < n {
+                let number = self.config.event_number(self.stream, *offset);
+                if limit.is_some_and(|l| number as u64 >= l) {
+                    break;
                 }
-                scratch
-                    .extras
-                    .draw(|letters| c.strings[extra].append_value(letters));
-                taken
-            };
+                write(self, number, c, &mut scratch);
+                if scratch.extras.is_full() {
+                    scratch.extras.draw(&mut c.extra);
+                }
+                *offset += step;
+                taken += 1;
+            }
+            scratch.extras.draw(&mut c.extra);
+            taken
+        };
         match self.stream {
             Stream::Bid => {
-                let mut c = Columns::new(n, 3, 3, 1);
-                let taken = fill(&mut c, Self::bid, 2);
+                let mut c = Columns::new(n, 3, 2, 1, self.room(6, 72));
+                let taken = fill(&mut c, Self::bid);
                 let (i, s, t) = (finish(c.ints), finish_strings(c.strings), finish(c.times));
+                let e: ArrayRef = Arc::new(c.extra.finish());
                 // auction, bidder, price, channel, url, date_time, extra
-                let columns = owned(&[&i[0], &i[1], &i[2], &s[0], &s[1], &t[0], &s[2]]);
+                let columns = owned(&[&i[0], &i[1], &i[2], &s[0], &s[1], &t[0], &e]);
                 (columns, taken)
             }
             Stream::Auction => {
-                let mut c = Columns::new(n, 5, 3, 2);
-                let taken = fill(&mut c, Self::auction, 2);
+                let mut c = Columns::new(n, 5, 2, 2, self.room(9, 340));
+                let taken = fill(&mut c, Self::auction);
                 let (i, s, t) = (finish(c.ints), finish_strings(c.strings), finish(c.times));
+                let e: ArrayRef = Arc::new(c.extra.finish());
                 // id, item_name, description, initial_bid, reserve, date_time, expires,
                 // seller, category, extra
                 let columns = owned(&[
-                    &i[0], &s[0], &s[1], &i[1], &i[2], &t[0], &t[1], &i[3], &i[4], &s[2],
+                    &i[0], &s[0], &s[1], &i[1], &i[2], &t[0], &t[1], &i[3], &i[4], &e,
                 ]);
                 (columns, taken)
             }
             Stream::Person => {
-                let mut c = Columns::new(n, 1, 6, 1);
-                let taken = fill(&mut c, Self::person, 5);
+                let mut c = Columns::new(n, 1, 5, 1, self.room(7, 120));
+                let taken = fill(&mut c, Self::person);
                 let (i, s, t) = (finish(c.ints), finish_strings(c.strings), finish(c.times));
+                let e: ArrayRef = Arc::new(c.extra.finish());
                 // id, name, email_address, credit_card, city, state, date_time, extra
-                let columns = owned(&[&i[0], &s[0], &s[1], &s[2], &s[3], &s[4], &t[0], &s[5]]);
+                let columns = owned(&[&i[0], &s[0], &s[1], &s[2], &s[3], &s[4], &t[0], &e]);
                 (columns, taken)
             }
+        }
+    }
+
+    /// Bytes to set aside per event for column `column` of about `average` bytes: none when the
+    /// table does not read it.
+    fn room(&self, column: usize, average: usize) -> usize {
+        if self.want[column] {
+            average
+        } else {
+            0
         }
     }
 

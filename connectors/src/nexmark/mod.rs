@@ -6,7 +6,7 @@
 //! unbounded), `rate` (rows per second of wall-clock time and partition, unlimited by default),
 //! `event_rate` (events per second of event time, default 10000), `base_time` (event time of
 //! the first event, ms since the epoch, default 2015-07-15 00:00:00 UTC so runs are
-//! reproducible), `batch_size` (default 8192), `partitions` (default 1: generators run in
+//! reproducible), `batch_size` (default 8192, at most 1,048,576), `partitions` (default 1: generators run in
 //! parallel, partition i producing the stream's events i, i + n, i + 2n, ...; each is in time
 //! order and the watermark is their minimum), `events_file` (read the stream's rows from an
 //! Arrow IPC file written by [`write_events_file`] instead of generating them: the file fixes
@@ -50,6 +50,8 @@ pub(crate) const OPTIONS: &[&str] = &[
     "partitions",
     "events_file",
 ];
+/// The largest `batch_size`: a batch's columns stay far below Arrow's 2 GiB of string bytes.
+pub(crate) const MAX_BATCH_SIZE: usize = 1 << 20;
 /// 2015-07-15 00:00:00 UTC in milliseconds.
 const DEFAULT_BASE_TIME_MS: u64 = 1_436_918_400_000;
 
@@ -203,7 +205,15 @@ impl NexmarkSourceFactory {
         let base_time_ms = options
             .take_parsed::<u64>("base_time", "milliseconds since the epoch")?
             .unwrap_or(DEFAULT_BASE_TIME_MS);
-        let batch_size = positive(options, "batch_size")?.unwrap_or(8192) as usize;
+        let batch_size = positive(options, "batch_size")?.unwrap_or(8192);
+        if batch_size > MAX_BATCH_SIZE as u64 {
+            return Err(ConnectorError::InvalidOption {
+                option: "batch_size".into(),
+                value: batch_size.to_string(),
+                reason: format!("at most {MAX_BATCH_SIZE} rows per batch"),
+            });
+        }
+        let batch_size = batch_size as usize;
         let partitions = positive(options, "partitions")?.unwrap_or(1) as usize;
         options.finish("nexmark", OPTIONS)?;
         let full = stream.schema();

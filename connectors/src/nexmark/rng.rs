@@ -7,6 +7,8 @@
 //! independent, so the letters of [`LANES`] events are drawn in lock step, in AVX-512 or AVX2
 //! vector registers when the processor has them.
 
+use datafusion::arrow::array::StringArray;
+use datafusion::arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use rand::RngCore;
 
 /// Events whose letters are drawn side by side.
@@ -115,13 +117,10 @@ impl RngCore for EventRng {
 }
 
 /// Events' letters, drawn [`LANES`] at a time: `push` each event's generator (its last draws
-/// are these letters) and how many; `draw` hands each event's letters on, in order.
+/// are these letters) and how many; `draw` writes each event's letters into a column, in order.
 #[derive(Debug, Default)]
 pub(super) struct Lanes {
     pending: Vec<(EventRng, usize)>,
-    /// The lanes' letters, lane by lane, each lane's run a multiple of 8 long.
-    grid: Vec<u8>,
-    letters: Vec<u8>,
 }
 
 impl Lanes {
@@ -135,22 +134,25 @@ impl Lanes {
         self.pending.len() >= LANES
     }
 
-    /// Draws the waiting events' letters and hands each event's to `out`, in order.
-    pub(super) fn draw(&mut self, mut out: impl FnMut(&[u8])) {
+    /// Draws the waiting events' letters into `column`, one value per event, in order.
+    pub(super) fn draw(&mut self, column: &mut Letters) {
         #[cfg(target_arch = "x86_64")]
         if self.pending.len() == LANES {
             if let Some(draw) = vector_draw() {
-                let longest = self.pending.iter().map(|&(_, n)| n).max().unwrap_or(0);
-                let blocks = longest.div_ceil(8);
+                let lengths: [usize; LANES] = std::array::from_fn(|lane| self.pending[lane].1);
                 let state: [[u64; LANES]; 4] = std::array::from_fn(|word| {
                     std::array::from_fn(|lane| self.pending[lane].0.s[word])
                 });
-                self.grid.clear();
-                self.grid.resize(LANES * blocks * 8, 0);
-                if draw(&state, blocks, &mut self.grid) {
-                    for (lane, &(_, n)) in self.pending.iter().enumerate() {
-                        let start = lane * blocks * 8;
-                        out(&self.grid[start..start + n]);
+                let start = column.values.len();
+                let total = lengths.iter().sum::<usize>();
+                column.values.resize(start + total + SLACK, 0);
+                let drawn = draw(&state, &lengths, &mut column.values[start..]);
+                column.values.truncate(start + total);
+                if drawn {
+                    let mut end = start;
+                    for n in lengths {
+                        end += n;
+                        column.end_value(end);
                     }
                     self.pending.clear();
                     return;
@@ -158,34 +160,137 @@ impl Lanes {
                 // A draw fell outside rand's zone (22 in 2^32 draws, about one group in
                 // 300,000; rand draws again, so that lane's letters after it shift): every
                 // lane is drawn on its own below.
+                column.values.truncate(start);
             }
         }
         for (rng, n) in &mut self.pending {
-            self.letters.clear();
-            self.letters.extend((0..*n).map(|_| rng.letter()));
-            out(&self.letters);
+            column.values.extend((0..*n).map(|_| rng.letter()));
+            column.end_value(column.values.len());
         }
         self.pending.clear();
     }
 }
 
-/// Draws `blocks` × 8 letters per lane from the lanes' state (by word, then lane) into a
-/// grid (lane by lane); false if any draw fell outside the zone (then the grid is not the
+/// A string column of letters `a..=z` being written: the values back to back and where each
+/// ends.
+#[derive(Debug)]
+pub(super) struct Letters {
+    values: Vec<u8>,
+    offsets: Vec<i32>,
+}
+
+impl Letters {
+    /// Room for `n` values of `bytes` letters in all.
+    pub(super) fn with_capacity(n: usize, bytes: usize) -> Self {
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0);
+        Self {
+            values: Vec::with_capacity(bytes),
+            offsets,
+        }
+    }
+
+    /// The value written last ends at `end`. A batch holds at most [`super::MAX_BATCH_SIZE`] events
+    /// of at most a few hundred letters each, far below `i32::MAX` bytes.
+    fn end_value(&mut self, end: usize) {
+        self.offsets.push(end as i32);
+    }
+
+    pub(super) fn finish(self) -> StringArray {
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(self.offsets));
+        // SAFETY: every byte is a letter `a..=z` (`EventRng::letter`, or the vector draws'
+        // `b'a' + (x * 26 >> 32)` for a 32-bit `x`), so every value is ASCII, valid UTF-8; the
+        // offsets start at 0, never decrease (each value ends at or after the one before)
+        // and the last is `values.len()`; there are no nulls.
+        unsafe { StringArray::new_unchecked(offsets, Buffer::from_vec(self.values), None) }
+    }
+}
+
+/// Draws `lengths[lane]` letters per lane from the lanes' state (by word, then lane) into
+/// `out`, lane after lane (`out` holds all of them and [`SLACK`] bytes more, which are
+/// written over); false if any draw fell outside the zone (then `out` does not hold the
 /// lanes' letters).
 #[cfg(target_arch = "x86_64")]
-type VectorDraw = fn(&[[u64; LANES]; 4], usize, &mut [u8]) -> bool;
+type VectorDraw = fn(&[[u64; LANES]; 4], &[usize; LANES], &mut [u8]) -> bool;
 
 /// The widest vector draw this processor runs, if any.
 #[cfg(target_arch = "x86_64")]
 fn vector_draw() -> Option<VectorDraw> {
     if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: the processor has AVX-512F, checked just above.
-        Some(|state, blocks, grid| unsafe { avx512::draw(state, blocks, grid) })
+        Some(|state, lengths, out| unsafe { avx512::draw(state, lengths, out) })
     } else if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2, checked just above.
-        Some(|state, blocks, grid| unsafe { avx2::draw(state, blocks, grid) })
+        Some(|state, lengths, out| unsafe { avx2::draw(state, lengths, out) })
     } else {
         None
+    }
+}
+
+/// Bytes past the lanes' letters that the vector draws may write over (their last 8-byte
+/// store of a lane can reach past it); the caller's buffer has them and drops them after.
+#[cfg(target_arch = "x86_64")]
+const SLACK: usize = 8;
+
+/// Where the vector draws put each lane's letters: lane after lane, back to back, each block
+/// of 8 letters with one 8-byte store. A lane's last store may reach up to 7 bytes into the
+/// lanes after it, which only ever covers their first 8 bytes (a lane's stores end before
+/// its own end + 8, at or before the next lane's start + 8); so [`Placement::finish`] stores
+/// every lane's first 8 letters again, in lane order, each over what the lanes before it
+/// spilled. Stores past a lane's length go to the slack, with no branch.
+#[cfg(target_arch = "x86_64")]
+struct Placement {
+    starts: [usize; LANES],
+    ends: [usize; LANES],
+    /// Each lane's first 8 letters.
+    first: [u64; LANES],
+    /// Where the stores past a lane's end go: the slack.
+    spill: usize,
+    /// Blocks of 8 letters to draw: enough for the longest lane.
+    blocks: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Placement {
+    fn new(lengths: &[usize; LANES]) -> Self {
+        let mut starts = [0; LANES];
+        let mut ends = [0; LANES];
+        let mut at = 0;
+        for lane in 0..LANES {
+            starts[lane] = at;
+            at += lengths[lane];
+            ends[lane] = at;
+        }
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        Self {
+            starts,
+            ends,
+            first: [0; LANES],
+            spill: at,
+            blocks: longest.div_ceil(8),
+        }
+    }
+
+    /// Stores a lane's letters `8 * block ..` (the first in the lowest byte of `word`) into
+    /// `out` (all lanes' letters and [`SLACK`] bytes).
+    #[inline(always)]
+    fn store(&mut self, out: &mut [u8], lane: usize, block: usize, word: u64) {
+        if block == 0 {
+            self.first[lane] = word;
+        }
+        let at = self.starts[lane] + block * 8;
+        let at = if at < self.ends[lane] { at } else { self.spill };
+        out[at..at + 8].copy_from_slice(&word.to_le_bytes());
+    }
+
+    /// Mends what the lanes' last stores spilled into the lanes after them.
+    fn finish(&self, out: &mut [u8]) {
+        for lane in 0..LANES {
+            if self.starts[lane] < self.ends[lane] {
+                let at = self.starts[lane];
+                out[at..at + 8].copy_from_slice(&self.first[lane].to_le_bytes());
+            }
+        }
     }
 }
 
@@ -194,11 +299,15 @@ fn vector_draw() -> Option<VectorDraw> {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{LANES, LETTERS, ZONE};
+    use super::{Placement, LANES, LETTERS, ZONE};
 
     /// As [`super::VectorDraw`].
     #[target_feature(enable = "avx512f")]
-    pub(super) fn draw(state: &[[u64; LANES]; 4], blocks: usize, grid: &mut [u8]) -> bool {
+    pub(super) fn draw(
+        state: &[[u64; LANES]; 4],
+        lengths: &[usize; LANES],
+        out: &mut [u8],
+    ) -> bool {
         let load = |w: &[u64; LANES]| {
             _mm512_set_epi64(
                 w[7] as i64,
@@ -217,8 +326,8 @@ mod avx512 {
         let low_half = _mm512_set1_epi64(0xffff_ffff);
         let a = _mm512_set1_epi64(i64::from(b'a'));
         let mut outside: __mmask8 = 0;
-        let stride = blocks * 8;
-        for block in 0..blocks {
+        let mut place = Placement::new(lengths);
+        for block in 0..place.blocks {
             let mut eight = _mm512_setzero_si512();
             for _ in 0..8 {
                 let result = _mm512_add_epi64(_mm512_rol_epi64::<23>(_mm512_add_epi64(s0, s3)), s0);
@@ -251,11 +360,11 @@ mod avx512 {
                     _mm256_extract_epi64::<3>(half),
                 ];
                 for (i, word) in words.into_iter().enumerate() {
-                    let at = (h * 4 + i) * stride + block * 8;
-                    grid[at..at + 8].copy_from_slice(&word.to_le_bytes());
+                    place.store(out, h * 4 + i, block, word as u64);
                 }
             }
         }
+        place.finish(out);
         outside == 0
     }
 }
@@ -265,11 +374,15 @@ mod avx512 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{LANES, LETTERS, ZONE};
+    use super::{Placement, LANES, LETTERS, ZONE};
 
     /// As [`super::VectorDraw`].
     #[target_feature(enable = "avx2")]
-    pub(super) fn draw(state: &[[u64; LANES]; 4], blocks: usize, grid: &mut [u8]) -> bool {
+    pub(super) fn draw(
+        state: &[[u64; LANES]; 4],
+        lengths: &[usize; LANES],
+        out: &mut [u8],
+    ) -> bool {
         let half = |word: &[u64; LANES], h: usize| {
             let w = &word[h * 4..h * 4 + 4];
             _mm256_set_epi64x(w[3] as i64, w[2] as i64, w[1] as i64, w[0] as i64)
@@ -280,8 +393,8 @@ mod avx2 {
         let low_half = _mm256_set1_epi64x(0xffff_ffff);
         let a = _mm256_set1_epi64x(i64::from(b'a'));
         let mut outside = _mm256_setzero_si256();
-        let stride = blocks * 8;
-        for block in 0..blocks {
+        let mut place = Placement::new(lengths);
+        for block in 0..place.blocks {
             let mut eight = [_mm256_setzero_si256(); 2];
             for _ in 0..8 {
                 for (h, [s0, s1, s2, s3]) in s.iter_mut().enumerate() {
@@ -320,10 +433,10 @@ mod avx2 {
                 _mm256_extract_epi64::<3>(eight[1]),
             ];
             for (lane, word) in words.into_iter().enumerate() {
-                let at = lane * stride + block * 8;
-                grid[at..at + 8].copy_from_slice(&word.to_le_bytes());
+                place.store(out, lane, block, word as u64);
             }
         }
+        place.finish(out);
         _mm256_testz_si256(outside, outside) == 1
     }
 }
@@ -382,16 +495,17 @@ mod tests {
             .map(|e| (e * 7919, (e as usize * 37) % 91))
             .collect();
         let mut lanes = Lanes::default();
-        let mut got = Vec::new();
+        let mut column = Letters::with_capacity(0, 0);
         for &(seed, n) in &events {
             let mut rng = EventRng::seed_from_u64(seed);
             rng.next_u64(); // earlier draws of the event
             lanes.push(rng, n);
             if lanes.is_full() {
-                lanes.draw(|letters| got.push(letters.to_vec()));
+                lanes.draw(&mut column);
             }
         }
-        lanes.draw(|letters| got.push(letters.to_vec()));
+        lanes.draw(&mut column);
+        let got = values(column);
         let want: Vec<Vec<u8>> = events
             .iter()
             .map(|&(seed, n)| {
@@ -409,30 +523,43 @@ mod tests {
         let state: [[u64; LANES]; 4] = std::array::from_fn(|word| {
             std::array::from_fn(|lane| EventRng::seed_from_u64((word * LANES + lane) as u64).s[0])
         });
-        let want: Vec<Vec<u8>> = (0..LANES)
-            .map(|lane| {
-                let mut rng = EventRng {
-                    s: state.map(|word| word[lane]),
-                };
-                (0..48).map(|_| rng.letter()).collect()
-            })
-            .collect();
-        let grid = |ok: bool, grid: Vec<u8>| {
-            assert!(ok);
-            grid.chunks(48).map(<[u8]>::to_vec).collect::<Vec<_>>()
-        };
-        if std::arch::is_x86_feature_detected!("avx2") {
-            let mut g = vec![0; LANES * 48];
-            // SAFETY: the processor has AVX2.
-            let ok = unsafe { avx2::draw(&state, 6, &mut g) };
-            assert_eq!(grid(ok, g), want);
+        // Whole blocks, partial ones, empty lanes, the longest lane not first, lanes shorter
+        // than a block one after another (a last store reaching over several lanes).
+        let short = [1, 2, 0, 3, 7, 1, 0, 5];
+        for lengths in [[48; LANES], [7, 0, 48, 8, 9, 33, 47, 1], short, [0; LANES]] {
+            let want: Vec<u8> = (0..LANES)
+                .flat_map(|lane| {
+                    let mut rng = EventRng {
+                        s: state.map(|word| word[lane]),
+                    };
+                    (0..lengths[lane]).map(move |_| rng.letter())
+                })
+                .collect();
+            let total = lengths.iter().sum::<usize>();
+            if std::arch::is_x86_feature_detected!("avx2") {
+                let mut out = vec![0; total + SLACK];
+                // SAFETY: the processor has AVX2.
+                assert!(unsafe { avx2::draw(&state, &lengths, &mut out) });
+                out.truncate(total);
+                assert_eq!(out, want, "{lengths:?}");
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                let mut out = vec![0; total + SLACK];
+                // SAFETY: the processor has AVX-512F.
+                assert!(unsafe { avx512::draw(&state, &lengths, &mut out) });
+                out.truncate(total);
+                assert_eq!(out, want, "{lengths:?}");
+            }
         }
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            let mut g = vec![0; LANES * 48];
-            // SAFETY: the processor has AVX-512F.
-            let ok = unsafe { avx512::draw(&state, 6, &mut g) };
-            assert_eq!(grid(ok, g), want);
-        }
+    }
+
+    /// Each value of a finished letters column.
+    fn values(column: Letters) -> Vec<Vec<u8>> {
+        column
+            .finish()
+            .iter()
+            .map(|v| v.expect("no nulls").as_bytes().to_vec())
+            .collect()
     }
 
     /// A generator whose first draw falls outside rand's zone (rejected: a second is drawn).
@@ -476,8 +603,8 @@ mod tests {
             );
             lanes.push(ours, 30);
         }
-        let mut got = Vec::new();
-        lanes.draw(|letters| got.push(letters.to_vec()));
-        assert_eq!(got, want);
+        let mut column = Letters::with_capacity(LANES, 0);
+        lanes.draw(&mut column);
+        assert_eq!(values(column), want);
     }
 }

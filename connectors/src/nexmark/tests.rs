@@ -388,5 +388,12 @@ mod events_file {
             None,
         ));
         assert!(e.contains("/nonexistent/bids.arrow"), "{e}");
+        // A batch too large for a column's 32-bit offsets; the largest one is taken.
+        let e = err(source("bid", &[("batch_size", "1048577")], None));
+        assert!(
+            e.contains("batch_size") && e.contains("at most 1048576"),
+            "{e}"
+        );
+        assert!(source("bid", &[("batch_size", "1048576")], None).is_ok());
     }
 }
