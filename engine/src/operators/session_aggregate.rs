@@ -99,7 +99,7 @@ impl OperatorFactory for SessionAggregateSpec {
                     &handle,
                     &restore.stores,
                     converter,
-                    key_of_stored,
+                    |suffix| key_of_stored(suffix).map(Some),
                     instance,
                     parallelism,
                 )?;

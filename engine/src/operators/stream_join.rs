@@ -44,14 +44,12 @@ use crate::operator::{output_batch, Operator, Output};
 use crate::operators::group_aggregate::EXPIRE_PER_BATCH;
 use crate::operators::JoinKind;
 use crate::state::ttl::now_ms;
-use crate::state::{
-    copy_routed, just_after, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch,
-};
+use crate::state::{copy_routed, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch};
 use cache::SideCache;
-use state::{key_of, key_prefix, row_key, split, Entry};
-
-/// The tags of the two sides' parts of the operator's key range.
-const SIDE_TAGS: [u8; 2] = [b'l', b'r'];
+use state::{
+    convert_earlier, entry_key, key_of, key_prefix, row_prefix, stored_seq, Entry, SEQ_TAG,
+    SIDE_TAGS,
+};
 
 /// Candidate pairs whose ON condition is evaluated in one go.
 const PAIRS_PER_FILTER: usize = 65_536;
@@ -117,13 +115,6 @@ impl StreamJoinSpec {
         )
     }
 
-    /// Whether the join reads how many matches each stored row of `side` has: the side is
-    /// preserved (padded while unmatched) or emitted by a semi or anti join. Otherwise a row
-    /// inserted on `side` is written without reading its stored entry first.
-    fn tracks_matches(&self, side: usize) -> bool {
-        self.preserves(side) || self.emitted().is_some_and(|(out, _)| out == side)
-    }
-
     /// The side a semi or anti join emits, and whether it is a semi join.
     fn emitted(&self) -> Option<(usize, bool)> {
         match self.kind {
@@ -164,17 +155,36 @@ impl OperatorFactory for StreamJoinSpec {
             )
         };
         let handles = [task.state.sub(SIDE_TAGS[0]), task.state.sub(SIDE_TAGS[1])];
+        let seq_key = task.state.sub(SEQ_TAG).key(&[]);
+        let mut next_seq = 0;
         if let Some(restore) = task.state.restore() {
             if let Some((instance, parallelism)) = restore.repartition {
-                // Both sides' rows (and the expiry entries) route by their join key.
+                // Both sides' rows (and the expiry entries) route by their join key; the
+                // sequence number is every instance's.
                 copy_routed(
                     &task.state,
                     &restore.stores,
                     Some(&keys),
-                    |suffix| key_of(suffix.get(1..).unwrap_or_default()),
+                    |suffix| match suffix.split_first() {
+                        Some((&SEQ_TAG, _)) => Ok(None),
+                        _ => key_of(suffix.get(1..).unwrap_or_default()).map(Some),
+                    },
                     instance,
                     parallelism,
                 )?;
+            }
+            for old in &restore.stores {
+                next_seq = next_seq.max(stored_seq(old.as_ref(), &seq_key)?);
+            }
+            let store = task.state.store()?;
+            let converted = convert_earlier(&task.state, store.as_ref(), next_seq)?;
+            if converted != next_seq {
+                next_seq = converted;
+                let mut writes = WriteBatch::default();
+                writes
+                    .puts
+                    .push((seq_key.clone(), next_seq.to_le_bytes().to_vec()));
+                store.write(writes)?;
             }
         }
         let relation = Arc::clone(&self.output_schema);
@@ -191,6 +201,8 @@ impl OperatorFactory for StreamJoinSpec {
             spec: self.clone(),
             rows: [rows(&self.left.schema)?, rows(&self.right.schema)?],
             handles,
+            seq_key,
+            next_seq,
             keys,
             output_schema,
         }))
@@ -202,6 +214,9 @@ pub struct StreamJoinOperator {
     spec: StreamJoinSpec,
     /// Per side: its part of the task's store.
     handles: [StateHandle; 2],
+    /// Where the next sequence number of an inserted row is stored, and that number.
+    seq_key: Vec<u8>,
+    next_seq: u64,
     /// Encodes join keys (both sides alike).
     keys: RowConverter,
     /// Per side: encodes its whole rows.
@@ -279,7 +294,7 @@ impl StreamJoinOperator {
                         EngineError::Internal("join key neither cached nor read".into())
                     })?;
                     for (k, v) in stored {
-                        entries.push(Entry::new(k, Some(&v))?);
+                        entries.push(Entry::stored(k, &v)?);
                     }
                     true
                 }
@@ -292,11 +307,7 @@ impl StreamJoinOperator {
             .collect();
         let converter = &self.rows[other];
         let parser = converter.parser();
-        let skip = handle.prefix_len();
-        let stored = entries
-            .iter()
-            .map(|e| Ok(parser.parse(split(&e.key[skip..])?.1)))
-            .collect::<Result<Vec<_>>>()?;
+        let stored: Vec<_> = entries.iter().map(|e| parser.parse(&e.row)).collect();
         let schema = Arc::clone(&self.spec.side(other).schema);
         let batch = if stored.is_empty() {
             RecordBatch::new_empty(schema)
@@ -550,66 +561,85 @@ impl Operator for StreamJoinOperator {
         let mut o = self.other_rows(&mut cache, other, &key_rows, &null_key, store.as_ref())?;
         let (offsets, list) = self.matches(side, &rel, &o)?;
 
-        // This side's entries of the batch's rows, one per distinct row. An inserted row
-        // whose stored count and matches the join does not need is not read (a read that
-        // nearly always misses was the join's largest cost, profiled on Nexmark q4): its
-        // count is added to the stored one when written. A retraction reads the entry.
-        let blind_inserts = !self.spec.tracks_matches(side);
+        // This side's entries of the batch's rows. An inserted row is a new entry under a
+        // sequence number of its own: nothing is read (a read that nearly always misses was
+        // the join's largest cost, profiled on Nexmark q4). A retraction takes a live copy of
+        // its row: one inserted earlier in the batch, or a stored one, read by the row's hash.
         let rows = self.rows[side].convert_columns(rel.columns())?;
-        let mut mine: Vec<Entry> = Vec::with_capacity(n);
-        let mut index: HashMap<Vec<u8>, usize> = HashMap::default();
-        let mut row_entry = Vec::with_capacity(n);
         let handle = &self.handles[side];
-        if blind_inserts && signs.iter().all(|&s| s > 0) {
-            // Only blind inserts: one entry per row, equal rows merged by the store's adds.
-            for r in 0..n {
-                mine.push(Entry::blind(row_key(
-                    handle,
-                    key_rows.row(r).data(),
-                    rows.row(r).data(),
-                )));
-                row_entry.push(r);
+        let mut mine: Vec<Entry> = Vec::with_capacity(n);
+        // Per row hash prefix (only when the batch retracts): the entries with it, and how
+        // many copies each has left as the rows before are applied.
+        let mut candidates: HashMap<Vec<u8>, Vec<usize>> = HashMap::default();
+        let mut left: Vec<i64> = Vec::new();
+        let retracts = signs.iter().any(|&s| s < 0);
+        if retracts {
+            let mut prefixes = Vec::new();
+            for r in (0..n).filter(|&r| signs[r] < 0) {
+                let prefix = row_prefix(handle, key_rows.row(r).data(), rows.row(r).data());
+                if let datafusion::common::hash_map::Entry::Vacant(v) = candidates.entry(prefix) {
+                    prefixes.push((v.key().clone(), prefix_end(v.key())));
+                    v.insert(Vec::new());
+                }
+            }
+            let read = store.scan_each(&prefixes, usize::MAX)?;
+            for ((prefix, _), stored) in prefixes.iter().zip(read) {
+                let list = candidates.get_mut(prefix).ok_or_else(|| {
+                    EngineError::Internal("join retraction prefix not listed".into())
+                })?;
+                for (k, v) in stored {
+                    let e = Entry::stored(k, &v)?;
+                    left.push(e.count);
+                    list.push(mine.len());
+                    mine.push(e);
+                }
             }
         }
-        for (r, &sign) in signs.iter().enumerate().skip(row_entry.len()) {
-            let key = row_key(handle, key_rows.row(r).data(), rows.row(r).data());
-            let at = match index.get(&key) {
-                Some(&at) => {
-                    if sign < 0 && mine[at].blind {
-                        let value = store.get(&key)?;
-                        mine[at] = Entry::new(key, value.as_deref())?;
-                    }
-                    at
+        let mut row_entry = Vec::with_capacity(n);
+        let first_seq = self.next_seq;
+        for (r, &sign) in signs.iter().enumerate() {
+            let (key, row) = (key_rows.row(r).data(), rows.row(r).data());
+            if sign > 0 {
+                let e = Entry::inserted(entry_key(handle, key, row, self.next_seq), row.to_vec());
+                self.next_seq += 1;
+                if retracts {
+                    let prefix = row_prefix(handle, key, row);
+                    candidates.entry(prefix).or_default().push(mine.len());
+                    left.push(1);
+                }
+                row_entry.push(mine.len());
+                mine.push(e);
+                continue;
+            }
+            let prefix = row_prefix(handle, key, row);
+            let copy = candidates.get(&prefix).and_then(|list| {
+                list.iter()
+                    .copied()
+                    .find(|&i| left[i] > 0 && mine[i].row == row)
+            });
+            match copy {
+                Some(i) => {
+                    left[i] -= 1;
+                    row_entry.push(i);
                 }
                 None => {
-                    mine.push(if blind_inserts && sign > 0 {
-                        Entry::blind(key.clone())
-                    } else {
-                        Entry::new(key.clone(), store.get(&key)?.as_deref())?
-                    });
-                    index.insert(key, mine.len() - 1);
-                    mine.len() - 1
+                    // Nothing to take back: the entry has no copies (apply skips it).
+                    left.push(0);
+                    row_entry.push(mine.len());
+                    mine.push(Entry::absent());
                 }
-            };
-            row_entry.push(at);
+            }
         }
         let emits = self.apply(side, &signs, &mut mine, &row_entry, &mut o, &offsets, &list);
 
         let mut writes = WriteBatch::default();
         for e in mine.iter().chain(&o.entries).filter(|e| e.dirty) {
-            if e.blind {
-                let change = Entry {
-                    count: e.count,
-                    ..Entry::blind(Vec::new())
-                };
-                writes.adds.push((e.key.clone(), change.value()));
-            } else if e.count > 0 {
-                writes.puts.push((e.key.clone(), e.value()));
-            } else {
-                writes
-                    .delete_ranges
-                    .push((e.key.clone(), just_after(&e.key)));
-            }
+            e.write(&mut writes);
+        }
+        if self.next_seq != first_seq {
+            writes
+                .puts
+                .push((self.seq_key.clone(), self.next_seq.to_le_bytes().to_vec()));
         }
         if let Some(expiry) = &self.expiry {
             let touched = (0..n)

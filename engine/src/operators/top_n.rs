@@ -147,7 +147,7 @@ impl OperatorFactory for TopNSpec {
                     &task.state,
                     &restore.stores,
                     keys.as_ref(),
-                    key_of,
+                    |suffix| key_of(suffix).map(Some),
                     instance,
                     parallelism,
                 )?;

@@ -18,12 +18,14 @@ const CHUNK: usize = 4096;
 /// Copies into the working store the entries of `handle`'s range in each `old` store whose
 /// key routes to `instance` of `parallelism`. `key_of` finds the encoded key (rows of
 /// `converter`, the types the exchange hashes) in a stored key with the handle's prefix
-/// removed (state TTL entries are found by [`super::ttl::key_of`]). Without a converter the operator runs as one instance, which takes everything.
+/// removed, or gives none for an entry no key routes (not copied: the operator restores it
+/// itself); state TTL entries are found by [`super::ttl::key_of`]. Without a converter the
+/// operator runs as one instance, which takes everything.
 pub fn copy_routed(
     handle: &StateHandle,
     old: &[Arc<dyn StateBackend>],
     converter: Option<&RowConverter>,
-    key_of: fn(&[u8]) -> Result<&[u8]>,
+    key_of: fn(&[u8]) -> Result<Option<&[u8]>>,
     instance: usize,
     parallelism: usize,
 ) -> Result<()> {
@@ -38,18 +40,24 @@ pub fn copy_routed(
                 Some(converter) => {
                     let parser = converter.parser();
                     let mut rows: Rows = converter.empty_rows(chunk.len(), 64);
+                    // Entries routed by no key (`key_of` gives none) are not copied.
+                    let mut routed = Vec::with_capacity(chunk.len());
                     for (k, _) in chunk {
                         let suffix = &k[skip..];
                         let key = match super::ttl::key_of(suffix) {
-                            Some(key) => key?,
+                            Some(key) => Some(key?),
                             None => key_of(suffix)?,
                         };
-                        rows.push(parser.parse(key));
+                        if let Some(key) = key {
+                            rows.push(parser.parse(key));
+                        }
+                        routed.push(key.is_some());
                     }
                     let columns: Vec<ArrayRef> = converter.convert_rows(rows.iter())?;
-                    partition_of_rows(&columns, parallelism)?
+                    let mut to = partition_of_rows(&columns, parallelism)?.into_iter();
+                    routed
                         .into_iter()
-                        .map(|to| to as usize == instance)
+                        .map(|r| r && to.next().is_some_and(|to| to as usize == instance))
                         .collect()
                 }
             };

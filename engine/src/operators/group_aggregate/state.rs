@@ -250,7 +250,14 @@ pub(super) fn restore_repartitioned(
     instance: usize,
     parallelism: usize,
 ) -> Result<()> {
-    copy_routed(handle, old, converter, group_of, instance, parallelism)
+    copy_routed(
+        handle,
+        old,
+        converter,
+        |suffix| group_of(suffix).map(Some),
+        instance,
+        parallelism,
+    )
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use super::state::Entry;
 const KEY_OVERHEAD: usize = 64;
 
 fn entry_bytes(e: &Entry) -> usize {
-    std::mem::size_of::<Entry>() + e.key.len()
+    std::mem::size_of::<Entry>() + e.key.len() + e.row.len()
 }
 
 /// One key's stored rows (all of them; none is a valid answer).
@@ -70,7 +70,6 @@ impl SideCache {
             .filter(|e| e.count > 0)
             .map(|e| Entry {
                 dirty: false,
-                blind: false,
                 ..e.clone()
             })
             .collect();
@@ -131,10 +130,11 @@ mod tests {
     fn entry(key: &[u8], count: i64) -> Entry {
         Entry {
             key: key.to_vec(),
+            row: b"row".to_vec(),
             count,
             matches: 0,
             dirty: true,
-            blind: false,
+            stored: true,
         }
     }
 

@@ -1,138 +1,292 @@
 //! How a [`super::StreamJoinOperator`] keeps each side's rows in the task's store.
 //!
 //! ```text
-//! side tag | len(key row): u32 | key row | row -> count: i64, matches: i64
+//! side tag | len(key row): u32 | key row | crc32(row): u32 | seq: u64 -> count: i64, matches: i64, row
 //! ```
 //!
 //! The key row is the arrow row encoding of the join keys (coerced to one type per pair, so
 //! both sides encode equal keys alike); the row is the encoding of the side's whole relation
-//! row. One side's rows of a key are one range, read with one scan when the other side's rows
-//! of that key arrive. `count` is how many copies of the row are live (net of retractions);
-//! `matches` is how many rows of the other side (with multiplicity) it joins with, kept for
-//! the sides whose output depends on it (the preserved side of an outer join, the emitted side
-//! of a semi or anti join).
+//! row, kept in the value. One side's rows of a key are one range, read with one scan when the
+//! other side's rows of that key arrive. Every inserted row is a new entry under a sequence
+//! number of its own (RisingWave keeps a row under its join key and stream key alike), so an
+//! insert is one put, never a read or a merge, and the store's keys stay short whatever the
+//! rows' size: the memtable compares and compaction rewrites keys of a few dozen bytes, not
+//! whole rows (profiled on Nexmark q20, rows in the key and counts merged into them: the
+//! memtable inserts were most of the join's own CPU, flush and compaction half the job's).
+//! A retraction finds a stored copy of its row by the row's hash: one short range, compared
+//! row by row. `count` is how many copies of the row the entry holds (1 unless restored from
+//! the earlier format, where equal rows shared an entry); `matches` is how many rows of the
+//! other side (with multiplicity) it joins with, kept for the sides whose output depends on it
+//! (the preserved side of an outer join, the emitted side of a semi or anti join).
+//!
+//! The next sequence number is stored beside the sides ([`SEQ_TAG`]), written with every
+//! batch that takes numbers: a restore goes on from it (from the largest of the old
+//! instances' after a rescale; a key's rows all come from one old instance, so numbers
+//! stay unique within a key). Entries of the earlier format (the row in the key, counts in
+//! the value: tags `l` / `r`) are converted when restored ([`convert_earlier`]).
 
 use crate::error::{EngineError, Result};
-use crate::state::StateHandle;
+use crate::state::{just_after, StateBackend, StateHandle, WriteBatch};
+
+/// The tags of the two sides' parts of the operator's key range.
+pub(super) const SIDE_TAGS: [u8; 2] = [b'L', b'R'];
+/// The sides' tags in the earlier format (the row in the key).
+const EARLIER_TAGS: [u8; 2] = [b'l', b'r'];
+/// The tag of the next sequence number's entry.
+pub(super) const SEQ_TAG: u8 = b'n';
+
+/// Entries converted per write when restoring the earlier format.
+const CONVERT_CHUNK: usize = 4096;
 
 /// A stored row of one side.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Entry {
     /// The whole store key.
     pub key: Vec<u8>,
+    /// The row's encoding.
+    pub row: Vec<u8>,
     pub count: i64,
     pub matches: i64,
     /// Changed by the current batch: written back after it.
     pub dirty: bool,
-    /// Not read from the store: `count` is the batch's change only, added to the stored
-    /// count when written ([`crate::state::WriteBatch::adds`]), and `matches` is not kept.
-    pub blind: bool,
+    /// In the store (else made by the current batch: nothing to delete if it ends empty).
+    pub stored: bool,
 }
 
 impl Entry {
-    pub fn new(key: Vec<u8>, value: Option<&[u8]>) -> Result<Self> {
-        let (count, matches) = match value {
-            None => (0, 0),
-            Some(v) => decode_value(v)?,
+    /// An entry as stored under `key`.
+    pub fn stored(key: Vec<u8>, value: &[u8]) -> Result<Self> {
+        if value.len() < 16 {
+            return Err(EngineError::State(format!(
+                "join state entry of {} bytes, expected at least 16",
+                value.len()
+            )));
+        }
+        let at = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&value[i..i + 8]);
+            i64::from_le_bytes(b)
         };
         Ok(Self {
             key,
-            count,
-            matches,
+            row: value[16..].to_vec(),
+            count: at(0),
+            matches: at(8),
             dirty: false,
-            blind: false,
+            stored: true,
         })
     }
 
-    /// An entry of a row only inserted so far in this batch, not read from the store.
-    pub fn blind(key: Vec<u8>) -> Self {
+    /// A row inserted by the current batch, under a key of its own: no copies yet.
+    pub fn inserted(key: Vec<u8>, row: Vec<u8>) -> Self {
         Self {
             key,
+            row,
             count: 0,
             matches: 0,
             dirty: false,
-            blind: true,
+            stored: false,
         }
     }
 
+    /// What a retraction of a row that is not there takes: nothing.
+    pub fn absent() -> Self {
+        Self::inserted(Vec::new(), Vec::new())
+    }
+
     pub fn value(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(16);
+        let mut v = Vec::with_capacity(16 + self.row.len());
         v.extend_from_slice(&self.count.to_le_bytes());
         v.extend_from_slice(&self.matches.to_le_bytes());
+        v.extend_from_slice(&self.row);
         v
     }
-}
 
-fn decode_value(v: &[u8]) -> Result<(i64, i64)> {
-    if v.len() != 16 {
-        return Err(EngineError::State(format!(
-            "join state entry of {} bytes, expected 16",
-            v.len()
-        )));
+    /// Adds the entry's write (after the batch changed it) to `writes`.
+    pub fn write(&self, writes: &mut WriteBatch) {
+        if self.count > 0 {
+            writes.puts.push((self.key.clone(), self.value()));
+        } else if self.stored {
+            writes
+                .delete_ranges
+                .push((self.key.clone(), just_after(&self.key)));
+        }
     }
-    let at = |i: usize| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&v[i..i + 8]);
-        i64::from_le_bytes(b)
-    };
-    Ok((at(0), at(8)))
 }
 
 /// The store key prefix of `key`'s rows on the side of `handle`.
 pub(super) fn key_prefix(handle: &StateHandle, key: &[u8]) -> Vec<u8> {
-    row_key(handle, key, &[])
+    handle.key_of_parts(&[&(key.len() as u32).to_be_bytes(), key])
 }
 
-/// The store key of `row` (a whole row's encoding) with join key `key` on `handle`'s side.
-pub(super) fn row_key(handle: &StateHandle, key: &[u8], row: &[u8]) -> Vec<u8> {
-    handle.key_of_parts(&[&(key.len() as u32).to_be_bytes(), key, row])
+/// The store key prefix of the copies of `row` with join key `key` on `handle`'s side (and
+/// of the rows whose hash it shares).
+pub(super) fn row_prefix(handle: &StateHandle, key: &[u8], row: &[u8]) -> Vec<u8> {
+    handle.key_of_parts(&[
+        &(key.len() as u32).to_be_bytes(),
+        key,
+        &crc32fast::hash(row).to_be_bytes(),
+    ])
 }
 
-/// The key row and the row of a stored key without the handle's prefix.
-pub(super) fn split(suffix: &[u8]) -> Result<(&[u8], &[u8])> {
+/// The store key of the copy of `row` numbered `seq`.
+pub(super) fn entry_key(handle: &StateHandle, key: &[u8], row: &[u8], seq: u64) -> Vec<u8> {
+    let mut k = row_prefix(handle, key, row);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The key row of a stored key without the handle's prefix (in this format and the earlier
+/// one alike: both start with the key row's length and the key row).
+pub(super) fn key_of(suffix: &[u8]) -> Result<&[u8]> {
     let bad = || EngineError::State("join state key is malformed".into());
     let len: [u8; 4] = suffix
         .get(..4)
         .and_then(|b| b.try_into().ok())
         .ok_or_else(bad)?;
     let len = u32::from_be_bytes(len) as usize;
-    let key = suffix.get(4..4 + len).ok_or_else(bad)?;
-    Ok((key, &suffix[4 + len..]))
+    suffix.get(4..4 + len).ok_or_else(bad)
 }
 
-/// The key row of a stored key without the handle's prefix (for restores at another
-/// parallelism).
-pub(super) fn key_of(suffix: &[u8]) -> Result<&[u8]> {
-    Ok(split(suffix)?.0)
+/// The stored next sequence number (0 if none).
+pub(super) fn stored_seq(store: &dyn StateBackend, key: &[u8]) -> Result<u64> {
+    Ok(match store.get(key)? {
+        None => 0,
+        Some(v) => u64::from_le_bytes(
+            v.as_slice()
+                .try_into()
+                .map_err(|_| EngineError::State("join sequence entry is malformed".into()))?,
+        ),
+    })
+}
+
+/// Rewrites the entries of the earlier format under `operator` (each side's rows in the key,
+/// counts in the value) as entries of this one, numbered from `next_seq`; returns the next
+/// number.
+pub(super) fn convert_earlier(
+    operator: &StateHandle,
+    store: &dyn StateBackend,
+    mut next_seq: u64,
+) -> Result<u64> {
+    for side in 0..2 {
+        let earlier = operator.sub(EARLIER_TAGS[side]);
+        let handle = operator.sub(SIDE_TAGS[side]);
+        let skip = earlier.prefix_len();
+        let (mut start, end) = earlier.all();
+        loop {
+            let chunk = store
+                .scan_each(&[(start.clone(), end.clone())], CONVERT_CHUNK)?
+                .pop()
+                .unwrap_or_default();
+            let Some((last, _)) = chunk.last() else {
+                break;
+            };
+            let next = just_after(last);
+            let mut writes = WriteBatch::default();
+            for (k, v) in &chunk {
+                let suffix = &k[skip..];
+                let key = key_of(suffix)?;
+                let row = &suffix[4 + key.len()..];
+                if v.len() != 16 {
+                    return Err(EngineError::State(format!(
+                        "join state entry of {} bytes in the earlier format, expected 16",
+                        v.len()
+                    )));
+                }
+                let mut e = Entry::stored(entry_key(&handle, key, row, next_seq), v)?;
+                next_seq += 1;
+                e.row = row.to_vec();
+                e.stored = false;
+                e.write(&mut writes);
+            }
+            writes.delete_ranges.push((start, next.clone()));
+            store.write(writes)?;
+            start = next;
+        }
+    }
+    Ok(next_seq)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::prefix_end;
 
     #[test]
     fn keys_split_back_and_ranges_hold_exactly_their_key() {
-        let handle = StateHandle::in_memory().sub(b'l');
+        let handle = StateHandle::in_memory().sub(b'L');
         let prefix = key_prefix(&handle, &[1, 0xff]);
-        let mut k = prefix.clone();
-        k.extend_from_slice(b"row");
-        let (key, row) = split(&k[handle.prefix_len()..]).unwrap();
-        assert_eq!((key, row), (&[1u8, 0xff][..], &b"row"[..]));
-        let end = crate::state::prefix_end(&prefix);
-        assert!(prefix < end && k < end);
+        let k = entry_key(&handle, &[1, 0xff], b"row", 7);
+        assert!(k.starts_with(&row_prefix(&handle, &[1, 0xff], b"row")));
+        assert_eq!(key_of(&k[handle.prefix_len()..]).unwrap(), &[1u8, 0xff][..]);
+        let end = prefix_end(&prefix);
+        assert!(prefix < k && k < end);
         // A longer key starting with the same bytes has another length: another range.
         let other = key_prefix(&handle, &[1, 0xff, 0]);
         assert!(other >= end || other < prefix);
+        // Copies of one row differ by their numbers only.
+        let again = entry_key(&handle, &[1, 0xff], b"row", 8);
+        assert_eq!(k[..k.len() - 8], again[..again.len() - 8]);
+        assert!(k < again);
         let e = Entry {
             key: k,
+            row: b"row".to_vec(),
             count: 3,
             matches: -1,
             dirty: true,
-            blind: false,
+            stored: false,
         };
-        let back = Entry::new(e.key.clone(), Some(&e.value())).unwrap();
-        assert_eq!((back.count, back.matches), (3, -1));
-        assert!(Entry::new(vec![], Some(&[0u8; 3])).is_err());
-        assert!(split(&[0, 0, 0, 9, 1]).is_err());
+        let back = Entry::stored(e.key.clone(), &e.value()).unwrap();
+        assert_eq!(
+            (back.count, back.matches, back.row),
+            (3, -1, b"row".to_vec())
+        );
+        assert!(back.stored);
+        assert!(Entry::stored(vec![], &[0u8; 15]).is_err());
+        assert!(key_of(&[0, 0, 0, 9, 1]).is_err());
+    }
+
+    #[test]
+    fn entries_of_the_earlier_format_are_converted() {
+        let operator = StateHandle::in_memory();
+        let store = operator.store().unwrap();
+        let earlier = |side: usize, key: &[u8], row: &[u8], count: i64, matches: i64| {
+            let k = operator.sub(EARLIER_TAGS[side]).key_of_parts(&[
+                &(key.len() as u32).to_be_bytes(),
+                key,
+                row,
+            ]);
+            let mut v = count.to_le_bytes().to_vec();
+            v.extend_from_slice(&matches.to_le_bytes());
+            (k, v)
+        };
+        let mut writes = WriteBatch::default();
+        writes.puts.push(earlier(0, b"k1", b"a", 2, 1));
+        writes.puts.push(earlier(0, b"k2", b"b", 1, 0));
+        writes.puts.push(earlier(1, b"k1", b"c", 1, 2));
+        store.write(writes).unwrap();
+        let next = convert_earlier(&operator, store.as_ref(), 5).unwrap();
+        assert_eq!(next, 8);
+        let (start, end) = operator.all();
+        let all = store.scan(&start, &end).unwrap();
+        assert_eq!(all.len(), 3, "the earlier entries are gone");
+        let side = |s: usize, key: &[u8]| {
+            let h = operator.sub(SIDE_TAGS[s]);
+            let p = key_prefix(&h, key);
+            store
+                .scan(&p, &prefix_end(&p))
+                .unwrap()
+                .into_iter()
+                .map(|(k, v)| {
+                    let e = Entry::stored(k, &v).unwrap();
+                    (e.row, e.count, e.matches)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(side(0, b"k1"), vec![(b"a".to_vec(), 2, 1)]);
+        assert_eq!(side(0, b"k2"), vec![(b"b".to_vec(), 1, 0)]);
+        assert_eq!(side(1, b"k1"), vec![(b"c".to_vec(), 1, 2)]);
+        // Nothing left to convert: converting again changes nothing.
+        assert_eq!(convert_earlier(&operator, store.as_ref(), 8).unwrap(), 8);
     }
 }

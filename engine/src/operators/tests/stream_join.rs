@@ -293,6 +293,16 @@ fn join_state_restores_at_other_parallelisms() {
     ] {
         check(kind, true, true, 21, 1, &[(15, 3), (30, 2)]);
         check(kind, false, true, 22, 3, &[(10, 1), (25, 3), (40, 2)]);
+        // Restored in place, rows inserted after a restore are numbered after the stored
+        // ones (equal rows numbered alike would overwrite each other).
+        check(
+            kind,
+            false,
+            true,
+            23,
+            2,
+            &[(10, 2), (20, 2), (30, 1), (40, 1)],
+        );
     }
 }
 
