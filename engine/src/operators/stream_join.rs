@@ -294,7 +294,7 @@ impl StreamJoinOperator {
                         EngineError::Internal("join key neither cached nor read".into())
                     })?;
                     for (k, v) in stored {
-                        entries.push(Entry::stored(k, &v)?);
+                        entries.push(Entry::stored(k, v)?);
                     }
                     true
                 }
@@ -307,7 +307,7 @@ impl StreamJoinOperator {
             .collect();
         let converter = &self.rows[other];
         let parser = converter.parser();
-        let stored: Vec<_> = entries.iter().map(|e| parser.parse(&e.row)).collect();
+        let stored: Vec<_> = entries.iter().map(|e| parser.parse(e.row())).collect();
         let schema = Arc::clone(&self.spec.side(other).schema);
         let batch = if stored.is_empty() {
             RecordBatch::new_empty(schema)
@@ -588,7 +588,7 @@ impl Operator for StreamJoinOperator {
                     EngineError::Internal("join retraction prefix not listed".into())
                 })?;
                 for (k, v) in stored {
-                    let e = Entry::stored(k, &v)?;
+                    let e = Entry::stored(k, v)?;
                     left.push(e.count);
                     list.push(mine.len());
                     mine.push(e);
@@ -600,7 +600,7 @@ impl Operator for StreamJoinOperator {
         for (r, &sign) in signs.iter().enumerate() {
             let (key, row) = (key_rows.row(r).data(), rows.row(r).data());
             if sign > 0 {
-                let e = Entry::inserted(entry_key(handle, key, row, self.next_seq), row.to_vec());
+                let e = Entry::inserted(entry_key(handle, key, row, self.next_seq), row);
                 self.next_seq += 1;
                 if retracts {
                     let prefix = row_prefix(handle, key, row);
@@ -615,7 +615,7 @@ impl Operator for StreamJoinOperator {
             let copy = candidates.get(&prefix).and_then(|list| {
                 list.iter()
                     .copied()
-                    .find(|&i| left[i] > 0 && mine[i].row == row)
+                    .find(|&i| left[i] > 0 && mine[i].row() == row)
             });
             match copy {
                 Some(i) => {
@@ -633,8 +633,11 @@ impl Operator for StreamJoinOperator {
         let emits = self.apply(side, &signs, &mut mine, &row_entry, &mut o, &offsets, &list);
 
         let mut writes = WriteBatch::default();
-        for e in mine.iter().chain(&o.entries).filter(|e| e.dirty) {
-            e.write(&mut writes);
+        for e in mine.into_iter().filter(|e| e.dirty) {
+            e.into_write(&mut writes);
+        }
+        for e in o.entries.iter().filter(|e| e.dirty) {
+            e.clone().into_write(&mut writes);
         }
         if self.next_seq != first_seq {
             writes

@@ -22,7 +22,7 @@ use super::state::Entry;
 const KEY_OVERHEAD: usize = 64;
 
 fn entry_bytes(e: &Entry) -> usize {
-    std::mem::size_of::<Entry>() + e.key.len() + e.row.len()
+    std::mem::size_of::<Entry>() + e.bytes()
 }
 
 /// One key's stored rows (all of them; none is a valid answer).
@@ -68,9 +68,10 @@ impl SideCache {
         }
         let entries: Vec<Entry> = entries
             .filter(|e| e.count > 0)
-            .map(|e| Entry {
-                dirty: false,
-                ..e.clone()
+            .map(|e| {
+                let mut e = e.clone();
+                e.dirty = false;
+                e
             })
             .collect();
         let bytes = KEY_OVERHEAD + key.len() + entries.iter().map(entry_bytes).sum::<usize>();
@@ -128,14 +129,10 @@ mod tests {
     use super::*;
 
     fn entry(key: &[u8], count: i64) -> Entry {
-        Entry {
-            key: key.to_vec(),
-            row: b"row".to_vec(),
-            count,
-            matches: 0,
-            dirty: true,
-            stored: true,
-        }
+        let mut e = Entry::inserted(key.to_vec(), b"row");
+        e.count = count;
+        e.dirty = true;
+        e
     }
 
     #[test]
@@ -146,6 +143,7 @@ mod tests {
         let got = c.get(b"k").unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].key.as_slice(), got[0].count), (&b"a"[..], 2));
+        assert_eq!(got[0].row(), b"row");
         assert!(!got[0].dirty);
         // No rows is an answer too.
         c.put(b"none", std::iter::empty());

@@ -43,8 +43,9 @@ const CONVERT_CHUNK: usize = 4096;
 pub(super) struct Entry {
     /// The whole store key.
     pub key: Vec<u8>,
-    /// The row's encoding.
-    pub row: Vec<u8>,
+    /// The stored value: a header (`count` and `matches` as last written) and the row's
+    /// encoding. Kept whole so that a read entry is not copied and a write moves it.
+    value: Vec<u8>,
     pub count: i64,
     pub matches: i64,
     /// Changed by the current batch: written back after it.
@@ -53,10 +54,13 @@ pub(super) struct Entry {
     pub stored: bool,
 }
 
+/// Bytes of a value before its row.
+const HEADER: usize = 16;
+
 impl Entry {
     /// An entry as stored under `key`.
-    pub fn stored(key: Vec<u8>, value: &[u8]) -> Result<Self> {
-        if value.len() < 16 {
+    pub fn stored(key: Vec<u8>, value: Vec<u8>) -> Result<Self> {
+        if value.len() < HEADER {
             return Err(EngineError::State(format!(
                 "join state entry of {} bytes, expected at least 16",
                 value.len()
@@ -69,19 +73,22 @@ impl Entry {
         };
         Ok(Self {
             key,
-            row: value[16..].to_vec(),
             count: at(0),
             matches: at(8),
+            value,
             dirty: false,
             stored: true,
         })
     }
 
     /// A row inserted by the current batch, under a key of its own: no copies yet.
-    pub fn inserted(key: Vec<u8>, row: Vec<u8>) -> Self {
+    pub fn inserted(key: Vec<u8>, row: &[u8]) -> Self {
+        let mut value = Vec::with_capacity(HEADER + row.len());
+        value.resize(HEADER, 0);
+        value.extend_from_slice(row);
         Self {
             key,
-            row,
+            value,
             count: 0,
             matches: 0,
             dirty: false,
@@ -91,25 +98,28 @@ impl Entry {
 
     /// What a retraction of a row that is not there takes: nothing.
     pub fn absent() -> Self {
-        Self::inserted(Vec::new(), Vec::new())
+        Self::inserted(Vec::new(), &[])
     }
 
-    pub fn value(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(16 + self.row.len());
-        v.extend_from_slice(&self.count.to_le_bytes());
-        v.extend_from_slice(&self.matches.to_le_bytes());
-        v.extend_from_slice(&self.row);
-        v
+    /// The row's encoding.
+    pub fn row(&self) -> &[u8] {
+        &self.value[HEADER..]
     }
 
-    /// Adds the entry's write (after the batch changed it) to `writes`.
-    pub fn write(&self, writes: &mut WriteBatch) {
+    /// Bytes the entry holds.
+    pub fn bytes(&self) -> usize {
+        self.key.len() + self.value.len()
+    }
+
+    /// Adds the entry's write (after the batch changed it) to `writes`, moving its bytes.
+    pub fn into_write(mut self, writes: &mut WriteBatch) {
         if self.count > 0 {
-            writes.puts.push((self.key.clone(), self.value()));
+            self.value[..8].copy_from_slice(&self.count.to_le_bytes());
+            self.value[8..HEADER].copy_from_slice(&self.matches.to_le_bytes());
+            writes.puts.push((self.key, self.value));
         } else if self.stored {
-            writes
-                .delete_ranges
-                .push((self.key.clone(), just_after(&self.key)));
+            let end = just_after(&self.key);
+            writes.delete_ranges.push((self.key, end));
         }
     }
 }
@@ -193,11 +203,12 @@ pub(super) fn convert_earlier(
                         v.len()
                     )));
                 }
-                let mut e = Entry::stored(entry_key(&handle, key, row, next_seq), v)?;
+                let mut value = v.clone();
+                value.extend_from_slice(row);
+                let mut e = Entry::stored(entry_key(&handle, key, row, next_seq), value)?;
                 next_seq += 1;
-                e.row = row.to_vec();
                 e.stored = false;
-                e.write(&mut writes);
+                e.into_write(&mut writes);
             }
             writes.delete_ranges.push((start, next.clone()));
             store.write(writes)?;
@@ -228,21 +239,23 @@ mod tests {
         let again = entry_key(&handle, &[1, 0xff], b"row", 8);
         assert_eq!(k[..k.len() - 8], again[..again.len() - 8]);
         assert!(k < again);
-        let e = Entry {
-            key: k,
-            row: b"row".to_vec(),
-            count: 3,
-            matches: -1,
-            dirty: true,
-            stored: false,
-        };
-        let back = Entry::stored(e.key.clone(), &e.value()).unwrap();
-        assert_eq!(
-            (back.count, back.matches, back.row),
-            (3, -1, b"row".to_vec())
-        );
-        assert!(back.stored);
-        assert!(Entry::stored(vec![], &[0u8; 15]).is_err());
+        let mut e = Entry::inserted(k.clone(), b"row");
+        (e.count, e.matches) = (3, -1);
+        let mut writes = WriteBatch::default();
+        e.into_write(&mut writes);
+        let (key, value) = writes.puts.pop().unwrap();
+        let back = Entry::stored(key, value).unwrap();
+        assert_eq!((back.count, back.matches, back.row()), (3, -1, &b"row"[..]));
+        assert!(back.stored && back.key == k);
+        assert!(Entry::stored(vec![], vec![0u8; 15]).is_err());
+        // An entry that ends empty is deleted if stored, else not written at all.
+        let mut writes = WriteBatch::default();
+        Entry::inserted(k.clone(), b"row").into_write(&mut writes);
+        assert!(writes.puts.is_empty() && writes.delete_ranges.is_empty());
+        let mut gone = back.clone();
+        gone.count = 0;
+        gone.into_write(&mut writes);
+        assert_eq!(writes.delete_ranges, vec![(k.clone(), just_after(&k))]);
         assert!(key_of(&[0, 0, 0, 9, 1]).is_err());
     }
 
@@ -278,8 +291,8 @@ mod tests {
                 .unwrap()
                 .into_iter()
                 .map(|(k, v)| {
-                    let e = Entry::stored(k, &v).unwrap();
-                    (e.row, e.count, e.matches)
+                    let e = Entry::stored(k, v).unwrap();
+                    (e.row().to_vec(), e.count, e.matches)
                 })
                 .collect::<Vec<_>>()
         };
