@@ -47,8 +47,8 @@ use crate::state::ttl::now_ms;
 use crate::state::{copy_routed, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch};
 use cache::SideCache;
 use state::{
-    convert_earlier, entry_key, key_of, key_prefix, row_prefix, stored_seq, Entry, SEQ_TAG,
-    SIDE_TAGS,
+    convert_earlier, key_of, key_prefix, numbered, row_prefix, seq_entry, stored_seq, Entry,
+    SEQ_TAG, SIDE_TAGS,
 };
 
 /// Candidate pairs whose ON condition is evaluated in one go.
@@ -181,9 +181,7 @@ impl OperatorFactory for StreamJoinSpec {
             if converted != next_seq {
                 next_seq = converted;
                 let mut writes = WriteBatch::default();
-                writes
-                    .puts
-                    .push((seq_key.clone(), next_seq.to_le_bytes().to_vec()));
+                writes.puts.push(seq_entry(&seq_key, next_seq));
                 store.write(writes)?;
             }
         }
@@ -567,6 +565,10 @@ impl Operator for StreamJoinOperator {
         // its row: one inserted earlier in the batch, or a stored one, read by the row's hash.
         let rows = self.rows[side].convert_columns(rel.columns())?;
         let handle = &self.handles[side];
+        // Each row's key prefix (its join key and hash), computed once.
+        let mut prefixes: Vec<Vec<u8>> = (0..n)
+            .map(|r| row_prefix(handle, key_rows.row(r).data(), rows.row(r).data()))
+            .collect();
         let mut mine: Vec<Entry> = Vec::with_capacity(n);
         // Per row hash prefix (only when the batch retracts): the entries with it, and how
         // many copies each has left as the rows before are applied.
@@ -574,16 +576,16 @@ impl Operator for StreamJoinOperator {
         let mut left: Vec<i64> = Vec::new();
         let retracts = signs.iter().any(|&s| s < 0);
         if retracts {
-            let mut prefixes = Vec::new();
+            let mut ranges = Vec::new();
             for r in (0..n).filter(|&r| signs[r] < 0) {
-                let prefix = row_prefix(handle, key_rows.row(r).data(), rows.row(r).data());
+                let prefix = prefixes[r].clone();
                 if let datafusion::common::hash_map::Entry::Vacant(v) = candidates.entry(prefix) {
-                    prefixes.push((v.key().clone(), prefix_end(v.key())));
+                    ranges.push((v.key().clone(), prefix_end(v.key())));
                     v.insert(Vec::new());
                 }
             }
-            let read = store.scan_each(&prefixes, usize::MAX)?;
-            for ((prefix, _), stored) in prefixes.iter().zip(read) {
+            let read = store.scan_each(&ranges, usize::MAX)?;
+            for ((prefix, _), stored) in ranges.iter().zip(read) {
                 let list = candidates.get_mut(prefix).ok_or_else(|| {
                     EngineError::Internal("join retraction prefix not listed".into())
                 })?;
@@ -598,21 +600,22 @@ impl Operator for StreamJoinOperator {
         let mut row_entry = Vec::with_capacity(n);
         let first_seq = self.next_seq;
         for (r, &sign) in signs.iter().enumerate() {
-            let (key, row) = (key_rows.row(r).data(), rows.row(r).data());
+            let row = rows.row(r).data();
             if sign > 0 {
-                let e = Entry::inserted(entry_key(handle, key, row, self.next_seq), row);
-                self.next_seq += 1;
+                let prefix = std::mem::take(&mut prefixes[r]);
                 if retracts {
-                    let prefix = row_prefix(handle, key, row);
-                    candidates.entry(prefix).or_default().push(mine.len());
+                    candidates
+                        .entry(prefix.clone())
+                        .or_default()
+                        .push(mine.len());
                     left.push(1);
                 }
                 row_entry.push(mine.len());
-                mine.push(e);
+                mine.push(Entry::inserted(numbered(prefix, self.next_seq), row));
+                self.next_seq += 1;
                 continue;
             }
-            let prefix = row_prefix(handle, key, row);
-            let copy = candidates.get(&prefix).and_then(|list| {
+            let copy = candidates.get(&prefixes[r]).and_then(|list| {
                 list.iter()
                     .copied()
                     .find(|&i| left[i] > 0 && mine[i].row() == row)
@@ -640,9 +643,7 @@ impl Operator for StreamJoinOperator {
             e.clone().into_write(&mut writes);
         }
         if self.next_seq != first_seq {
-            writes
-                .puts
-                .push((self.seq_key.clone(), self.next_seq.to_le_bytes().to_vec()));
+            writes.puts.push(seq_entry(&self.seq_key, self.next_seq));
         }
         if let Some(expiry) = &self.expiry {
             let touched = (0..n)

@@ -141,9 +141,18 @@ pub(super) fn row_prefix(handle: &StateHandle, key: &[u8], row: &[u8]) -> Vec<u8
 
 /// The store key of the copy of `row` numbered `seq`.
 pub(super) fn entry_key(handle: &StateHandle, key: &[u8], row: &[u8], seq: u64) -> Vec<u8> {
-    let mut k = row_prefix(handle, key, row);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
+    numbered(row_prefix(handle, key, row), seq)
+}
+
+/// The store key of the copy numbered `seq` of the row whose [`row_prefix`] is `prefix`.
+pub(super) fn numbered(mut prefix: Vec<u8>, seq: u64) -> Vec<u8> {
+    prefix.extend_from_slice(&seq.to_be_bytes());
+    prefix
+}
+
+/// The write of the next sequence number `next` under `key`.
+pub(super) fn seq_entry(key: &[u8], next: u64) -> (Vec<u8>, Vec<u8>) {
+    (key.to_vec(), next.to_le_bytes().to_vec())
 }
 
 /// The key row of a stored key without the handle's prefix (in this format and the earlier
