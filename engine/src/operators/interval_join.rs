@@ -52,9 +52,10 @@ use crate::event_time::timestamps_as_nanos;
 use crate::graph::{OperatorFactory, TaskInfo};
 use crate::message::{EventTime, WATERMARK_MAX, WATERMARK_MIN};
 use crate::operator::{Operator, Output};
-use crate::operators::window_join::{equal_key_pairs, keys_valid, JoinKind};
+use crate::operators::window_join::JoinKind;
 use crate::operators::windowed::{
-    split_by_window, BufferedRows, KeyedRows, LaneState, OpenWindows, PartRoute,
+    equal_key_pairs, keys_valid, split_by_window, BufferedRows, KeyedRows, LaneState, OpenWindows,
+    PartRoute,
 };
 
 mod timing;

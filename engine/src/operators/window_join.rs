@@ -26,10 +26,8 @@
 
 use std::sync::Arc;
 
-use ahash::AHashMap;
 use datafusion::arrow::array::{
-    new_null_array, Array, ArrayBuilder, ArrayRef, AsArray, BooleanArray, UInt32Array,
-    UInt32Builder,
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, UInt32Array,
 };
 use datafusion::arrow::compute::{concat_batches, filter, filter_record_batch, take};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -43,8 +41,8 @@ use crate::message::{EventTime, WATERMARK_MAX};
 use crate::metrics::JobMetrics;
 use crate::operator::{Operator, Output, MAX_BATCH_ROWS};
 use crate::operators::windowed::{
-    buckets_for, hash_buckets, BufferedRows, KeyedRows, LaneState, OpenWindows, PartRoute,
-    WindowColumn,
+    buckets_for, for_each_key_pair, hash_buckets, BufferedRows, KeyedRows, LaneState, OpenWindows,
+    PartRoute, WindowColumn,
 };
 
 /// Which rows a join emits.
@@ -160,91 +158,6 @@ pub struct WindowJoinOperator {
     /// Each side's buffered rows by window (lane 0 left, lane 1 right).
     windows: OpenWindows<BufferedRows>,
     metrics: Arc<JobMetrics>,
-}
-
-/// Whether every key column of each row is non-null (`None`: all are).
-pub(crate) fn keys_valid(keys: &[ArrayRef]) -> Option<Vec<bool>> {
-    let nulls: Vec<_> = keys.iter().filter_map(|k| k.logical_nulls()).collect();
-    if nulls.is_empty() {
-        return None;
-    }
-    let n = keys.first().map_or(0, |k| k.len());
-    Some(
-        (0..n)
-            .map(|i| nulls.iter().all(|b| b.is_valid(i)))
-            .collect(),
-    )
-}
-
-/// Pairs `(left row, right row)` with equal, non-null keys: a hash table over the right rows,
-/// probed by the left rows in order.
-pub(crate) fn equal_key_pairs(
-    converter: &RowConverter,
-    lkeys: &[ArrayRef],
-    rkeys: &[ArrayRef],
-) -> Result<(UInt32Array, UInt32Array)> {
-    let mut all = (
-        UInt32Array::from(Vec::<u32>::new()),
-        UInt32Array::from(Vec::<u32>::new()),
-    );
-    for_each_key_pair(converter, lkeys, rkeys, usize::MAX, |li, ri| {
-        all = (li, ri);
-        Ok(())
-    })?;
-    Ok(all)
-}
-
-/// Calls `each` with the pairs `(left row, right row)` with equal, non-null keys, at most
-/// `chunk` pairs at a time, in the order of [`equal_key_pairs`]: a join whose output is far
-/// larger than its inputs never holds it whole.
-pub(crate) fn for_each_key_pair(
-    converter: &RowConverter,
-    lkeys: &[ArrayRef],
-    rkeys: &[ArrayRef],
-    chunk: usize,
-    mut each: impl FnMut(UInt32Array, UInt32Array) -> Result<()>,
-) -> Result<()> {
-    let (mut li, mut ri) = (UInt32Builder::new(), UInt32Builder::new());
-    let (ln, rn) = (
-        lkeys.first().map_or(0, |k| k.len()),
-        rkeys.first().map_or(0, |k| k.len()),
-    );
-    if ln == 0 || rn == 0 {
-        return Ok(());
-    }
-    let rrows = converter.convert_columns(rkeys)?;
-    let lrows = converter.convert_columns(lkeys)?;
-    let (rvalid, lvalid) = (keys_valid(rkeys), keys_valid(lkeys));
-    // Chained hash table: head[key] = last row, next[row] = previous row with the key.
-    const NONE: u32 = u32::MAX;
-    let mut head: AHashMap<&[u8], u32> = AHashMap::with_capacity(rn);
-    let mut next = vec![NONE; rn];
-    for j in 0..rn {
-        if rvalid.as_ref().is_some_and(|v| !v[j]) {
-            continue;
-        }
-        let slot = head.entry(rrows.row(j).data()).or_insert(NONE);
-        next[j] = *slot;
-        *slot = j as u32;
-    }
-    for i in 0..ln {
-        if lvalid.as_ref().is_some_and(|v| !v[i]) {
-            continue;
-        }
-        let mut j = head.get(lrows.row(i).data()).copied().unwrap_or(NONE);
-        while j != NONE {
-            li.append_value(i as u32);
-            ri.append_value(j);
-            if li.len() >= chunk {
-                each(li.finish(), ri.finish())?;
-            }
-            j = next[j as usize];
-        }
-    }
-    if !li.is_empty() {
-        each(li.finish(), ri.finish())?;
-    }
-    Ok(())
 }
 
 /// Rows of `columns` at `idx`, as a batch of `schema` (whose layout they have).

@@ -16,12 +16,14 @@
 //! then [`OpenWindows::update`]) and, with no size, are reached through `window_end`.
 
 mod column;
+mod key_pairs;
 mod keyed_rows;
 mod open_windows;
 mod runs;
 mod store;
 
 pub use column::{WindowBound, WindowColumn, WindowEdge};
+pub(crate) use key_pairs::{equal_key_pairs, for_each_key_pair, keys_valid};
 pub use keyed_rows::KeyedRows;
 pub use open_windows::{BufferedRows, LaneState, OpenWindows, Taken, WindowContents};
 pub use runs::{split_by_window, Run, RunRows, MAX_SLICED_RUNS};
