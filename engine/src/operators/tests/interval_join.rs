@@ -215,6 +215,23 @@ fn restores_at_other_parallelisms_give_the_output_of_an_uninterrupted_run() {
     }
 }
 
+/// Budgets that spill some buckets and keep others: buckets probed in place through their
+/// key index, spilled, read back and probed again give the nested loop's pairs.
+#[test]
+fn buckets_spilled_now_and_then_join_as_a_nested_loop_does() {
+    for (i, kind) in KINDS.into_iter().enumerate() {
+        let steps = events(21 + i as u64);
+        let want = expected(&steps, kind, true);
+        for budget in [3 << 10, 12 << 10] {
+            let op = join(kind, true).with_memory_budget(budget);
+            let (out, _) = run(&op, &steps, 2, &[], feed);
+            assert_eq!(int_rows(&out), want, "{kind:?}, budget {budget}");
+            let (out, _) = run(&op, &steps, 1, &[(steps.len() / 2, 2)], feed);
+            assert_eq!(int_rows(&out), want, "{kind:?}, budget {budget}, restored");
+        }
+    }
+}
+
 #[test]
 fn spilling_past_the_memory_budget_changes_nothing() {
     let steps = events(4);

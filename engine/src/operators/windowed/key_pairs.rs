@@ -11,7 +11,10 @@
 use std::hash::Hash;
 
 use ahash::AHashMap;
-use datafusion::arrow::array::{Array, ArrayBuilder, ArrayRef, UInt32Array, UInt32Builder};
+use datafusion::arrow::array::{
+    Array, ArrayBuilder, ArrayData, ArrayRef, UInt32Array, UInt32Builder,
+};
+use datafusion::arrow::datatypes::ArrowNativeType;
 use datafusion::arrow::row::RowConverter;
 
 use crate::error::Result;
@@ -99,6 +102,12 @@ pub(crate) fn for_each_key_pair(
     Ok(())
 }
 
+/// A fixed-width array's values as `T`s of its width: its own buffer (aligned for its type),
+/// from its offset, as long as the array (the buffer may run past it).
+fn values<T: ArrowNativeType>(data: &ArrayData) -> &[T] {
+    &data.buffer::<T>(0)[..data.len()]
+}
+
 /// Each row's key group on both sides: rows with equal non-NULL keys share a group; a row
 /// with a NULL key, or (on the side not built) a key the other side lacks, has none.
 struct KeyGroups {
@@ -119,26 +128,26 @@ impl KeyGroups {
                 // width). The buffers are the arrays' own, aligned for their type.
                 let groups = match l.data_type().primitive_width() {
                     Some(1) => Some(Self::build(
-                        ld.buffer::<u8>(0),
-                        rd.buffer::<u8>(0),
+                        values::<u8>(&ld),
+                        values::<u8>(&rd),
                         lvalid,
                         rvalid,
                     )),
                     Some(2) => Some(Self::build(
-                        ld.buffer::<u16>(0),
-                        rd.buffer::<u16>(0),
+                        values::<u16>(&ld),
+                        values::<u16>(&rd),
                         lvalid,
                         rvalid,
                     )),
                     Some(4) => Some(Self::build(
-                        ld.buffer::<u32>(0),
-                        rd.buffer::<u32>(0),
+                        values::<u32>(&ld),
+                        values::<u32>(&rd),
                         lvalid,
                         rvalid,
                     )),
                     Some(8) => Some(Self::build(
-                        ld.buffer::<u64>(0),
-                        rd.buffer::<u64>(0),
+                        values::<u64>(&ld),
+                        values::<u64>(&rd),
                         lvalid,
                         rvalid,
                     )),
@@ -278,7 +287,10 @@ mod tests {
         for (seed, ln, rn) in [(1, 5, 40), (2, 40, 5), (3, 17, 17), (4, 1, 30), (5, 30, 1)] {
             let (l, r) = sides(seed, ln, rn);
             let want = direct(&l, &r);
-            assert!(ln.min(rn) == 1 || !want.is_empty(), "seed {seed} draws some pairs");
+            assert!(
+                ln.min(rn) == 1 || !want.is_empty(),
+                "seed {seed} draws some pairs"
+            );
             // One fixed-width column (hashed as its value), of several types.
             let as_i64 = |v: &[Option<i64>]| -> ArrayRef { Arc::new(Int64Array::from(v.to_vec())) };
             let as_i32 = |v: &[Option<i64>]| -> ArrayRef {
