@@ -527,11 +527,26 @@ impl IntervalJoinOperator {
             })
             .collect();
         if let Some(spans) = &mut self.spans {
+            // Rows of one bucket mostly come in runs: the map is updated once per run.
+            let spans = &mut spans[side];
+            let mut widen = |(end, lo, hi): (EventTime, EventTime, EventTime)| {
+                let span = spans.entry(end).or_insert((lo, hi));
+                *span = (span.0.min(lo), span.1.max(hi));
+            };
+            let mut run: Option<(EventTime, EventTime, EventTime)> = None;
             for (&end, &t) in ends.iter().zip(&arrivals.times) {
-                if end > watermark {
-                    let span = spans[side].entry(end).or_insert((t, t));
-                    *span = (span.0.min(t), span.1.max(t));
+                match &mut run {
+                    _ if end <= watermark => {}
+                    Some((e, lo, hi)) if *e == end => (*lo, *hi) = ((*lo).min(t), (*hi).max(t)),
+                    _ => {
+                        if let Some(done) = run.replace((end, t, t)) {
+                            widen(done);
+                        }
+                    }
                 }
+            }
+            if let Some(done) = run {
+                widen(done);
             }
         }
         for run in split_by_window(&ends) {
