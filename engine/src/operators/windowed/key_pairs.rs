@@ -126,31 +126,12 @@ impl KeyGroups {
                 // Values of one type are equal exactly when their bits are: a fixed-width
                 // key is its own hash key (floats are not: -0.0 = 0.0; a Boolean has no
                 // width). The buffers are the arrays' own, aligned for their type.
+                let args = (&ld, &rd, lvalid, rvalid);
                 let groups = match l.data_type().primitive_width() {
-                    Some(1) => Some(Self::build(
-                        values::<u8>(&ld),
-                        values::<u8>(&rd),
-                        lvalid,
-                        rvalid,
-                    )),
-                    Some(2) => Some(Self::build(
-                        values::<u16>(&ld),
-                        values::<u16>(&rd),
-                        lvalid,
-                        rvalid,
-                    )),
-                    Some(4) => Some(Self::build(
-                        values::<u32>(&ld),
-                        values::<u32>(&rd),
-                        lvalid,
-                        rvalid,
-                    )),
-                    Some(8) => Some(Self::build(
-                        values::<u64>(&ld),
-                        values::<u64>(&rd),
-                        lvalid,
-                        rvalid,
-                    )),
+                    Some(1) => Some(Self::build_fixed::<u8>(args)),
+                    Some(2) => Some(Self::build_fixed::<u16>(args)),
+                    Some(4) => Some(Self::build_fixed::<u32>(args)),
+                    Some(8) => Some(Self::build_fixed::<u64>(args)),
                     _ => None,
                 };
                 if let Some(groups) = groups {
@@ -165,6 +146,13 @@ impl KeyGroups {
         let left: Vec<&[u8]> = (0..lrows.num_rows()).map(|i| lrows.row(i).data()).collect();
         let right: Vec<&[u8]> = (0..rrows.num_rows()).map(|j| rrows.row(j).data()).collect();
         Ok(Self::build(&left, &right, lvalid, rvalid))
+    }
+
+    /// [`Self::build`] over two fixed-width arrays' values as `T`s of their width.
+    fn build_fixed<T: ArrowNativeType + Hash + Eq>(
+        (left, right, lvalid, rvalid): (&ArrayData, &ArrayData, Option<&[bool]>, Option<&[bool]>),
+    ) -> Self {
+        Self::build(values::<T>(left), values::<T>(right), lvalid, rvalid)
     }
 
     /// Groups over the smaller side's keys (a hash table of them), looked up by the other's.
