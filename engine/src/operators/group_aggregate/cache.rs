@@ -9,6 +9,12 @@
 //! that also covers the MIN / MAX multisets, which stay in the store because their current
 //! extreme is read with a range scan); [`GroupCache::deleted`] then records that nothing of
 //! the group is left.
+//!
+//! A group the store did not have when it was read (or whose state was deleted since) has no
+//! COUNT(DISTINCT) entry in the store either (they are written and deleted with the group's
+//! state): while it stays in memory, every entry it has is in memory, so a value not found
+//! there is new and is not looked up in the store. Streams of new groups and new values
+//! (unique visitors per page and day) then never read the store.
 
 use ahash::RandomState;
 use datafusion::common::HashMap;
@@ -41,6 +47,9 @@ struct Slot {
     /// `None`: the group has no state.
     state: Option<GroupState>,
     dirty: bool,
+    /// Every COUNT(DISTINCT) entry of the group the store holds is in `distinct` (the group
+    /// was not in the store when read, or was deleted since): a missing entry is zero.
+    complete: bool,
     /// COUNT(DISTINCT) multiset entries read or changed.
     distinct: DistinctEntries,
 }
@@ -87,6 +96,7 @@ impl GroupCache {
             .transpose()?;
         let slot = Slot {
             key,
+            complete: state.is_none(),
             state: state.clone(),
             ..Slot::default()
         };
@@ -118,6 +128,7 @@ impl GroupCache {
                 .transpose()?;
             let slot = Slot {
                 key,
+                complete: state.is_none(),
                 state,
                 ..Slot::default()
             };
@@ -143,6 +154,7 @@ impl GroupCache {
             let old = slot_bytes(group, slot);
             slot.state = None;
             slot.dirty = false;
+            slot.complete = true;
             slot.distinct = DistinctEntries::default();
             self.bytes = (self.bytes + slot_bytes(group, slot)).saturating_sub(old);
         }
@@ -171,9 +183,13 @@ impl GroupCache {
                 "a COUNT(DISTINCT) entry of a group that was not read first".into(),
             ));
         };
-        let read = || match store.get(key)? {
-            Some(b) => decode_counts(&b, width),
-            None => Ok(vec![0; width]),
+        let complete = slot.complete;
+        let read = || match complete {
+            true => Ok(vec![0; width]),
+            false => match store.get(key)? {
+                Some(b) => decode_counts(&b, width),
+                None => Ok(vec![0; width]),
+            },
         };
         self.bytes += slot
             .distinct
@@ -195,7 +211,7 @@ impl GroupCache {
             let held = self
                 .groups
                 .get(group)
-                .is_some_and(|slot| slot.distinct.contains(&self.hasher, key));
+                .is_some_and(|slot| slot.complete || slot.distinct.contains(&self.hasher, key));
             if !held {
                 missing.push((group, key.to_vec()));
             }
@@ -347,6 +363,61 @@ mod tests {
         assert!(cache.groups.is_empty());
         assert_eq!(stored(&store, b"ka"), Some(s));
         assert_eq!(store.get(b"ka-x").unwrap(), None);
+    }
+
+    #[test]
+    fn entries_of_a_group_the_store_lacks_are_not_read_from_it() {
+        // A store holding an entry whose group has no state: never the case in a real store
+        // (entries go with their group's state), so whether the cache reads it shows whether
+        // it asked the store.
+        let store = MemoryStateBackend::default();
+        let mut stray = WriteBatch::default();
+        stray.puts.push((b"ka-x".to_vec(), encode_counts(&[7])));
+        stray.puts.push((b"ka-y".to_vec(), encode_counts(&[8])));
+        stray
+            .puts
+            .push((b"kb".to_vec(), GroupState::new(1).encode()));
+        stray.puts.push((b"kb-x".to_vec(), encode_counts(&[9])));
+        stray.puts.push((b"kb-y".to_vec(), encode_counts(&[10])));
+        store.write(stray).unwrap();
+        let mut cache = GroupCache::new(1, usize::MAX);
+        let groups = [b"a".to_vec(), b"b".to_vec()];
+        cache
+            .read_states(&store, &groups, |g| [b"k", g].concat())
+            .unwrap();
+        let read = |cache: &mut GroupCache, group: &[u8], key: &[u8]| {
+            let mut was = Vec::new();
+            cache
+                .update_distinct(&store, group, key, 1, |c| {
+                    was = c.to_vec();
+                    false
+                })
+                .unwrap();
+            was
+        };
+        // One at a time and batched: a new group's entries start at zero, a stored group's
+        // are read.
+        assert_eq!(read(&mut cache, b"a", b"ka-x"), [0]);
+        assert_eq!(read(&mut cache, b"b", b"kb-x"), [9]);
+        let batch: [(&[u8], &[u8]); 2] = [(b"a", b"ka-y"), (b"b", b"kb-y")];
+        cache.read_distinct(&store, batch.into_iter(), 1).unwrap();
+        assert_eq!(read(&mut cache, b"a", b"ka-y"), [0]);
+        assert_eq!(read(&mut cache, b"b", b"kb-y"), [10]);
+        // Emptied past the budget, the group is read again (now from the store): its entries
+        // are read too.
+        cache.state(&store, b"c", || b"kc".to_vec()).unwrap();
+        cache.set_state(b"c", GroupState::new(1));
+        cache.budget = 1;
+        cache.trim(&store).unwrap();
+        cache.budget = usize::MAX;
+        let mut entry = WriteBatch::default();
+        entry.puts.push((b"kc-x".to_vec(), encode_counts(&[3])));
+        store.write(entry).unwrap();
+        cache.state(&store, b"c", || b"kc".to_vec()).unwrap();
+        assert_eq!(read(&mut cache, b"c", b"kc-x"), [3]);
+        // A deleted group has nothing left in the store.
+        cache.deleted(b"c");
+        assert_eq!(read(&mut cache, b"c", b"kc-x"), [0]);
     }
 
     #[test]
