@@ -36,7 +36,12 @@ fn state_bytes(state: &Option<GroupState>) -> usize {
 
 /// What a cached group costs: its entry, group row, store key, state and distinct entries.
 fn slot_bytes(group: &[u8], slot: &Slot) -> usize {
-    SLOT_OVERHEAD + group.len() + slot.key.len() + state_bytes(&slot.state) + slot.distinct.bytes()
+    SLOT_OVERHEAD
+        + group.len()
+        + slot.key.len()
+        + slot.multisets.len()
+        + state_bytes(&slot.state)
+        + slot.distinct.bytes()
 }
 
 /// One cached group.
@@ -50,8 +55,35 @@ struct Slot {
     /// Every COUNT(DISTINCT) entry of the group the store holds is in `distinct` (the group
     /// was not in the store when read, or was deleted since): a missing entry is zero.
     complete: bool,
+    /// The store key of the group's multisets, which its entries' keys follow (empty until
+    /// the group has an entry).
+    multisets: Vec<u8>,
     /// COUNT(DISTINCT) multiset entries read or changed.
     distinct: DistinctEntries,
+}
+
+/// The store key of `slot`'s multisets, made the first time (its bytes counted in `bytes`).
+fn multisets<'s>(
+    slot: &'s mut Slot,
+    group: &[u8],
+    prefix: impl Fn(&[u8]) -> Vec<u8>,
+    bytes: &mut usize,
+) -> &'s [u8] {
+    if slot.multisets.is_empty() {
+        slot.multisets = prefix(group);
+        *bytes += slot.multisets.len();
+    }
+    &slot.multisets
+}
+
+/// One COUNT(DISTINCT) multiset's changes in a batch ([`GroupCache::apply_distinct`]).
+pub(super) struct DistinctBatch<'a> {
+    /// The multiset's byte in its entries' keys.
+    pub set: u8,
+    /// Counts per entry (one per member aggregate).
+    pub width: usize,
+    /// Per group (its row), its changed entries: value row and the caller's index of the entry.
+    pub groups: Vec<(&'a [u8], Vec<(&'a [u8], usize)>)>,
 }
 
 /// Cached groups by group row (see the module doc).
@@ -167,77 +199,71 @@ impl GroupCache {
         }
     }
 
-    /// Changes the COUNT(DISTINCT) multiset entry `key` of `group` (read first): its `width`
-    /// counts, read from memory or the store, go to `apply`, which changes them and says
-    /// whether they changed (then they are written back later; all zero: the entry goes).
-    pub fn update_distinct(
+    /// Applies one COUNT(DISTINCT) multiset's changes of a batch: each entry's `width` counts,
+    /// from memory or else from the store (the entries the store must answer are read
+    /// together, in one batched read), go to `apply` with the entry's index, which changes them
+    /// and says whether they changed (then they are written back later; all zero: the entry
+    /// goes). `prefix(group)` is the store key of a group's multisets, which the entry's key
+    /// within the group (multiset byte, value row) follows. Every group was read first.
+    pub fn apply_distinct(
         &mut self,
         store: &dyn StateBackend,
-        group: &[u8],
-        key: &[u8],
-        width: usize,
-        apply: impl FnOnce(&mut [i64]) -> bool,
+        batch: &DistinctBatch<'_>,
+        prefix: impl Fn(&[u8]) -> Vec<u8>,
+        mut apply: impl FnMut(usize, &mut [i64]) -> bool,
     ) -> Result<()> {
-        let Some(slot) = self.groups.get_mut(group) else {
-            return Err(EngineError::Internal(
+        let DistinctBatch { set, width, .. } = *batch;
+        let not_read = || {
+            EngineError::Internal(
                 "a COUNT(DISTINCT) entry of a group that was not read first".into(),
-            ));
+            )
         };
-        let complete = slot.complete;
-        let read = || match complete {
-            true => Ok(vec![0; width]),
-            false => match store.get(key)? {
-                Some(b) => decode_counts(&b, width),
-                None => Ok(vec![0; width]),
-            },
-        };
-        self.bytes += slot
-            .distinct
-            .update(&self.hasher, key, read, &mut self.scratch, apply)?;
-        Ok(())
-    }
-
-    /// Reads the COUNT(DISTINCT) entries of `entries` (group, entry key) not in memory from
-    /// the store together (one batched read), so that [`Self::update_distinct`] finds them
-    /// in memory. Their groups were read first.
-    pub fn read_distinct<'a>(
-        &mut self,
-        store: &dyn StateBackend,
-        entries: impl Iterator<Item = (&'a [u8], &'a [u8])>,
-        width: usize,
-    ) -> Result<()> {
-        let mut missing: Vec<(&[u8], Vec<u8>)> = Vec::new();
-        for (group, key) in entries {
-            let held = self
-                .groups
-                .get(group)
-                .is_some_and(|slot| slot.complete || slot.distinct.contains(&self.hasher, key));
-            if !held {
-                missing.push((group, key.to_vec()));
+        // The entries the store must answer: of groups it may hold entries of, not in memory.
+        let mut missing: Vec<usize> = Vec::new();
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for (group, entries) in &batch.groups {
+            let slot = self.groups.get_mut(*group).ok_or_else(not_read)?;
+            if slot.complete {
+                continue;
+            }
+            for &(value, e) in entries {
+                if slot.distinct.contains(&self.hasher, set, value) {
+                    continue;
+                }
+                let prefix = multisets(slot, group, &prefix, &mut self.bytes);
+                let mut key = Vec::with_capacity(prefix.len() + 1 + value.len());
+                key.extend_from_slice(prefix);
+                key.push(set);
+                key.extend_from_slice(value);
+                missing.push(e);
+                keys.push(key);
             }
         }
-        if missing.len() < 2 {
-            return Ok(());
-        }
-        let keys: Vec<Vec<u8>> = missing.iter().map(|(_, k)| k.clone()).collect();
-        let values = store.get_each(&keys)?;
-        for ((group, key), value) in missing.into_iter().zip(values) {
-            let Some(slot) = self.groups.get_mut(group) else {
-                return Err(EngineError::Internal(
-                    "a COUNT(DISTINCT) entry of a group that was not read first".into(),
-                ));
-            };
-            let counts = match value {
-                Some(b) => decode_counts(&b, width)?,
-                None => vec![0; width],
-            };
-            self.bytes += slot.distinct.update(
-                &self.hasher,
-                &key,
-                || Ok(counts),
-                &mut self.scratch,
-                |_| false,
-            )?;
+        let stored = match keys.is_empty() {
+            true => Vec::new(),
+            false => store.get_each(&keys)?,
+        };
+        let mut stored = missing.into_iter().zip(stored).peekable();
+        for (group, entries) in &batch.groups {
+            let slot = self.groups.get_mut(*group).ok_or_else(not_read)?;
+            multisets(slot, group, &prefix, &mut self.bytes);
+            for &(value, e) in entries {
+                let read = match stored.next_if(|(m, _)| *m == e) {
+                    Some((_, Some(bytes))) => Some(bytes),
+                    _ => None,
+                };
+                let read = || match read {
+                    Some(bytes) => decode_counts(&bytes, width),
+                    None => Ok(vec![0; width]),
+                };
+                self.bytes += slot.distinct.update(
+                    &self.hasher,
+                    (set, value),
+                    read,
+                    &mut self.scratch,
+                    |counts| apply(e, counts),
+                )?;
+            }
         }
         Ok(())
     }
@@ -253,7 +279,7 @@ impl GroupCache {
                 }
             }
             for (key, counts) in slot.distinct.take_dirty() {
-                write_distinct(&mut writes, key, counts)?;
+                write_distinct(&mut writes, &slot.multisets, key, counts)?;
             }
         }
         writes.finish()
@@ -272,20 +298,28 @@ impl GroupCache {
                 writes.put(slot.key, state.encode())?;
             }
             for (key, counts) in slot.distinct.take_dirty() {
-                write_distinct(&mut writes, key, counts)?;
+                write_distinct(&mut writes, &slot.multisets, key, counts)?;
             }
         }
         writes.finish()
     }
 }
 
-/// A COUNT(DISTINCT) entry's counts (as stored): put, or deleted when none is above zero.
-fn write_distinct(writes: &mut ChunkedWrites<'_>, key: &[u8], counts: &[u8]) -> Result<()> {
+/// A COUNT(DISTINCT) entry's counts (as stored) under `prefix` and its key within the group:
+/// put, or deleted when none is above zero.
+fn write_distinct(
+    writes: &mut ChunkedWrites<'_>,
+    prefix: &[u8],
+    key: &[u8],
+    counts: &[u8],
+) -> Result<()> {
+    let key = [prefix, key].concat();
     let any = stored_counts(counts).any(|c| c > 0);
     if any {
-        writes.put(key.to_vec(), counts.to_vec())
+        writes.put(key, counts.to_vec())
     } else {
-        writes.delete_range(key.to_vec(), just_after(key))
+        let end = just_after(&key);
+        writes.delete_range(key, end)
     }
 }
 
@@ -298,17 +332,41 @@ mod tests {
         counts.iter().flat_map(|c| c.to_le_bytes()).collect()
     }
 
-    /// Sets the entry's counts; returns what they were.
-    fn set(cache: &mut GroupCache, store: &dyn StateBackend, key: &[u8], to: &[i64]) -> Vec<i64> {
+    /// The store key of group `g`'s multisets.
+    fn prefix(g: &[u8]) -> Vec<u8> {
+        [b"k", g, b"-"].concat()
+    }
+
+    /// The store key of value `v` in group `g`'s multiset 7.
+    fn entry(g: &[u8], v: &[u8]) -> Vec<u8> {
+        [prefix(g), vec![7], v.to_vec()].concat()
+    }
+
+    /// Sets the entry of `value` in `group`'s multiset 7 to `to`; returns what it was.
+    fn set_in(
+        cache: &mut GroupCache,
+        store: &dyn StateBackend,
+        group: &[u8],
+        value: &[u8],
+        to: &[i64],
+    ) -> Result<Vec<i64>> {
+        let batch = DistinctBatch {
+            set: 7,
+            width: to.len(),
+            groups: vec![(group, vec![(value, 0)])],
+        };
         let mut was = Vec::new();
-        cache
-            .update_distinct(store, b"a", key, to.len(), |counts| {
-                was = counts.to_vec();
-                counts.copy_from_slice(to);
-                was != to
-            })
-            .unwrap();
-        was
+        cache.apply_distinct(store, &batch, prefix, |e, counts| {
+            assert_eq!(e, 0);
+            was = counts.to_vec();
+            counts.copy_from_slice(to);
+            was != to
+        })?;
+        Ok(was)
+    }
+
+    fn set(cache: &mut GroupCache, store: &dyn StateBackend, value: &[u8], to: &[i64]) -> Vec<i64> {
+        set_in(cache, store, b"a", value, to).unwrap()
     }
 
     fn stored(store: &dyn StateBackend, key: &[u8]) -> Option<GroupState> {
@@ -326,83 +384,84 @@ mod tests {
         let mut s = GroupState::new(1);
         s.rows = 2;
         cache.set_state(b"a", s.clone());
-        assert_eq!(set(&mut cache, &store, b"ka-x", &[3, 1]), [0, 0]);
+        assert_eq!(set(&mut cache, &store, b"x", &[3, 1]), [0, 0]);
         // Memory answers; the store has nothing yet.
         assert_eq!(
             cache.state(&store, b"a", || unreachable!()).unwrap(),
             Some(s.clone())
         );
-        assert_eq!(set(&mut cache, &store, b"ka-x", &[3, 1]), [3, 1]);
+        assert_eq!(set(&mut cache, &store, b"x", &[3, 1]), [3, 1]);
         assert_eq!(stored(&store, b"ka"), None);
         cache.flush(&store).unwrap();
         assert_eq!(stored(&store, b"ka"), Some(s.clone()));
-        assert_eq!(store.get(b"ka-x").unwrap(), Some(encode_counts(&[3, 1])));
+        let x = entry(b"a", b"x");
+        assert_eq!(store.get(&x).unwrap(), Some(encode_counts(&[3, 1])));
 
         // An entry set to what it holds is not written again.
         let mut gone = WriteBatch::default();
-        gone.delete_ranges
-            .push((b"ka-x".to_vec(), b"ka-y".to_vec()));
+        gone.delete_ranges.push((x.clone(), just_after(&x)));
         store.write(gone).unwrap();
-        set(&mut cache, &store, b"ka-x", &[3, 1]);
+        set(&mut cache, &store, b"x", &[3, 1]);
         cache.flush(&store).unwrap();
-        assert_eq!(store.get(b"ka-x").unwrap(), None);
-        assert!(cache
-            .update_distinct(&store, b"b", b"kb-x", 1, |_| true)
-            .is_err());
-        set(&mut cache, &store, b"ka-x", &[2, 1]);
+        assert_eq!(store.get(&x).unwrap(), None);
+        assert!(set_in(&mut cache, &store, b"b", b"x", &[1]).is_err());
+        set(&mut cache, &store, b"x", &[2, 1]);
         cache.flush(&store).unwrap();
-        assert_eq!(store.get(b"ka-x").unwrap(), Some(encode_counts(&[2, 1])));
+        assert_eq!(store.get(&x).unwrap(), Some(encode_counts(&[2, 1])));
 
         // A count back to zero deletes the entry; a tiny budget empties the cache after
         // writing what changed.
-        set(&mut cache, &store, b"ka-x", &[0, -1]);
+        set(&mut cache, &store, b"x", &[0, -1]);
         s.rows = 5;
         cache.set_state(b"a", s.clone());
         cache.budget = 1;
         cache.trim(&store).unwrap();
         assert!(cache.groups.is_empty());
         assert_eq!(stored(&store, b"ka"), Some(s));
-        assert_eq!(store.get(b"ka-x").unwrap(), None);
+        assert_eq!(store.get(&x).unwrap(), None);
     }
 
     #[test]
     fn entries_of_a_group_the_store_lacks_are_not_read_from_it() {
-        // A store holding an entry whose group has no state: never the case in a real store
-        // (entries go with their group's state), so whether the cache reads it shows whether
-        // it asked the store.
+        // A store holding entries whose group has no state: never the case in a real store
+        // (entries go with their group's state), so whether the cache reads them shows
+        // whether it asked the store.
         let store = MemoryStateBackend::default();
         let mut stray = WriteBatch::default();
-        stray.puts.push((b"ka-x".to_vec(), encode_counts(&[7])));
-        stray.puts.push((b"ka-y".to_vec(), encode_counts(&[8])));
         stray
             .puts
             .push((b"kb".to_vec(), GroupState::new(1).encode()));
-        stray.puts.push((b"kb-x".to_vec(), encode_counts(&[9])));
-        stray.puts.push((b"kb-y".to_vec(), encode_counts(&[10])));
+        for (i, (g, v)) in [(b"a", b"x"), (b"a", b"y"), (b"b", b"x"), (b"b", b"y")]
+            .into_iter()
+            .enumerate()
+        {
+            stray
+                .puts
+                .push((entry(g, v), encode_counts(&[i as i64 + 7])));
+        }
         store.write(stray).unwrap();
         let mut cache = GroupCache::new(1, usize::MAX);
         let groups = [b"a".to_vec(), b"b".to_vec()];
         cache
             .read_states(&store, &groups, |g| [b"k", g].concat())
             .unwrap();
-        let read = |cache: &mut GroupCache, group: &[u8], key: &[u8]| {
-            let mut was = Vec::new();
-            cache
-                .update_distinct(&store, group, key, 1, |c| {
-                    was = c.to_vec();
-                    false
-                })
-                .unwrap();
-            was
+        // One entry and several groups' entries in one batch: a new group's entries start at
+        // zero, a stored group's are read.
+        assert_eq!(set_in(&mut cache, &store, b"a", b"x", &[0]).unwrap(), [0]);
+        assert_eq!(set_in(&mut cache, &store, b"b", b"x", &[9]).unwrap(), [9]);
+        let batch = DistinctBatch {
+            set: 7,
+            width: 1,
+            groups: vec![(b"a", vec![(b"y", 0)]), (b"b", vec![(b"y", 1), (b"z", 2)])],
         };
-        // One at a time and batched: a new group's entries start at zero, a stored group's
-        // are read.
-        assert_eq!(read(&mut cache, b"a", b"ka-x"), [0]);
-        assert_eq!(read(&mut cache, b"b", b"kb-x"), [9]);
-        let batch: [(&[u8], &[u8]); 2] = [(b"a", b"ka-y"), (b"b", b"kb-y")];
-        cache.read_distinct(&store, batch.into_iter(), 1).unwrap();
-        assert_eq!(read(&mut cache, b"a", b"ka-y"), [0]);
-        assert_eq!(read(&mut cache, b"b", b"kb-y"), [10]);
+        let mut seen = vec![Vec::new(); 3];
+        cache
+            .apply_distinct(&store, &batch, prefix, |e, counts| {
+                seen[e] = counts.to_vec();
+                false
+            })
+            .unwrap();
+        assert_eq!(seen, [vec![0], vec![10], vec![0]]);
         // Emptied past the budget, the group is read again (now from the store): its entries
         // are read too.
         cache.state(&store, b"c", || b"kc".to_vec()).unwrap();
@@ -410,14 +469,14 @@ mod tests {
         cache.budget = 1;
         cache.trim(&store).unwrap();
         cache.budget = usize::MAX;
-        let mut entry = WriteBatch::default();
-        entry.puts.push((b"kc-x".to_vec(), encode_counts(&[3])));
-        store.write(entry).unwrap();
+        let mut later = WriteBatch::default();
+        later.puts.push((entry(b"c", b"x"), encode_counts(&[3])));
+        store.write(later).unwrap();
         cache.state(&store, b"c", || b"kc".to_vec()).unwrap();
-        assert_eq!(read(&mut cache, b"c", b"kc-x"), [3]);
+        assert_eq!(set_in(&mut cache, &store, b"c", b"x", &[3]).unwrap(), [3]);
         // A deleted group has nothing left in the store.
         cache.deleted(b"c");
-        assert_eq!(read(&mut cache, b"c", b"kc-x"), [0]);
+        assert_eq!(set_in(&mut cache, &store, b"c", b"x", &[0]).unwrap(), [0]);
     }
 
     #[test]
@@ -426,14 +485,14 @@ mod tests {
         let mut cache = GroupCache::new(1, usize::MAX);
         cache.state(&store, b"a", || b"ka".to_vec()).unwrap();
         cache.set_state(b"a", GroupState::new(1));
-        set(&mut cache, &store, b"ka-x", &[1]);
+        set(&mut cache, &store, b"x", &[1]);
         cache.deleted(b"a");
         cache.state(&store, b"b", || b"kb".to_vec()).unwrap();
         cache.set_state(b"b", GroupState::new(1));
         cache.forget(b"b");
         cache.flush(&store).unwrap();
         assert_eq!(store.get(b"ka").unwrap(), None);
-        assert_eq!(store.get(b"ka-x").unwrap(), None);
+        assert_eq!(store.get(&entry(b"a", b"x")).unwrap(), None);
         assert_eq!(store.get(b"kb").unwrap(), None);
         // A deleted group is known to be empty: no read of the store.
         assert_eq!(cache.state(&store, b"a", || unreachable!()).unwrap(), None);

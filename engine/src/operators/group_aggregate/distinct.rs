@@ -12,7 +12,7 @@
 
 use datafusion::common::HashMap;
 
-use super::cache::GroupCache;
+use super::cache::{DistinctBatch, GroupCache};
 use super::state::Keys;
 use super::{Touched, UpdatingAggKind, UpdatingAggregate};
 use crate::error::{EngineError, Result};
@@ -63,8 +63,9 @@ pub(super) struct DistinctInput<'a> {
 
 /// Applies a batch to one shared multiset: `value(row)` is a row's value row, `taken[m][row]`
 /// whether member `m` takes it. The net change per (group, value) and member, then one read
-/// and at most one write per entry; each member's distinct count in `t.after` moves when its
-/// count of a value leaves or reaches zero.
+/// (of the entries neither in memory nor known to be new) and at most one write per entry;
+/// each member's distinct count in `t.after` moves when its count of a value leaves or
+/// reaches zero.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn accumulate<'v>(
     input: &DistinctInput<'_>,
@@ -79,8 +80,8 @@ pub(super) fn accumulate<'v>(
     let n = signs.len();
     let first = input.members[0];
     let width = input.members.len();
-    // Entry key -> its index; per index its group and `width` deltas.
-    let mut index: HashMap<Vec<u8>, usize> = HashMap::default();
+    // (group, value) -> its entry; per entry its group and `width` deltas.
+    let mut index: HashMap<(usize, &'v [u8]), usize> = HashMap::default();
     let mut entry_group: Vec<usize> = Vec::new();
     let mut deltas: Vec<i64> = Vec::new();
     for row in 0..n {
@@ -88,10 +89,9 @@ pub(super) fn accumulate<'v>(
             continue;
         }
         let g = t.row_group[row];
-        let mut key = keys.multiset(&t.groups[g], first);
-        key.extend_from_slice(value(row));
+        let v = value(row);
         let next = entry_group.len();
-        let e = *index.entry(key).or_insert(next);
+        let e = *index.entry((g, v)).or_insert(next);
         if e == next {
             entry_group.push(g);
             deltas.resize(deltas.len() + width, 0);
@@ -102,24 +102,36 @@ pub(super) fn accumulate<'v>(
             }
         }
     }
-    // The entries not in memory are read together first.
-    let changed = |e: usize| deltas[e * width..(e + 1) * width].iter().any(|d| *d != 0);
-    cache.read_distinct(
-        store,
-        index
-            .iter()
-            .filter(|(_, &e)| changed(e))
-            .map(|(key, &e)| (t.groups[entry_group[e]].as_slice(), key.as_slice())),
-        width,
-    )?;
-    for (key, e) in index {
-        let delta = &deltas[e * width..(e + 1) * width];
-        if delta.iter().all(|d| *d == 0) {
-            continue;
+    // The changed entries by group.
+    let mut by_group: Vec<Vec<(&'v [u8], usize)>> = vec![Vec::new(); t.groups.len()];
+    for ((g, v), e) in index {
+        if deltas[e * width..(e + 1) * width].iter().any(|d| *d != 0) {
+            by_group[g].push((v, e));
         }
-        let g = entry_group[e];
-        let after = &mut t.after[g];
-        cache.update_distinct(store, &t.groups[g], &key, width, |counts| {
+    }
+    let set = u8::try_from(first).map_err(|_| {
+        EngineError::Internal(format!(
+            "COUNT(DISTINCT) of aggregate {first} (at most 255)"
+        ))
+    })?;
+    let batch = DistinctBatch {
+        set,
+        width,
+        groups: by_group
+            .into_iter()
+            .enumerate()
+            .filter(|(_, entries)| !entries.is_empty())
+            .map(|(g, entries)| (t.groups[g].as_slice(), entries))
+            .collect(),
+    };
+    let after = &mut t.after;
+    cache.apply_distinct(
+        store,
+        &batch,
+        |group| keys.multisets(group),
+        |e, counts| {
+            let delta = &deltas[e * width..(e + 1) * width];
+            let after = &mut after[entry_group[e]];
             let mut changed = false;
             for ((count, d), &m) in counts.iter_mut().zip(delta).zip(input.members) {
                 let had = *count;
@@ -132,7 +144,6 @@ pub(super) fn accumulate<'v>(
                 *count = has;
             }
             changed
-        })?;
-    }
-    Ok(())
+        },
+    )
 }

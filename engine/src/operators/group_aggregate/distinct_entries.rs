@@ -2,9 +2,11 @@
 //!
 //! q16 keeps millions of them in memory (one per group and distinct bidder or auction), so
 //! each is one allocation: a dirty byte, the number of counts (u32), the counts (i64,
-//! little-endian, as stored) and then the entry's store key; the table holds only that
-//! allocation's pointer and is searched by hashing the key part. A map of key -> `Vec` of
-//! counts cost twice the memory and hid a third of it from the cache's byte count.
+//! little-endian, as stored) and then the entry's key within its group (its multiset's byte
+//! and the value row: the store key without the group's prefix, which the cache holds once);
+//! the table holds only that allocation's pointer and is searched by hashing the key part. A
+//! map of store key -> `Vec` of counts cost twice the memory and hid a third of it from the
+//! cache's byte count.
 
 use ahash::RandomState;
 use hashbrown::HashTable;
@@ -28,9 +30,25 @@ fn width(entry: &[u8]) -> usize {
     u32::from_le_bytes(w) as usize
 }
 
-/// The entry's store key.
+/// The entry's key within its group: its multiset's byte, then the value row.
 fn key(entry: &[u8]) -> &[u8] {
     &entry[HEADER + 8 * width(entry)..]
+}
+
+/// The hash of an entry of multiset `set` and value row `value`.
+fn hash(hasher: &RandomState, set: u8, value: &[u8]) -> u64 {
+    hasher.hash_one((set, value))
+}
+
+/// Whether an entry's key is (`set`, `value`).
+fn is(key: &[u8], set: u8, value: &[u8]) -> bool {
+    key.split_first() == Some((&set, value))
+}
+
+/// The hash of a held entry (as [`hash`] gives it).
+fn rehash(hasher: &RandomState, entry: &[u8]) -> u64 {
+    let key = key(entry);
+    hash(hasher, key[0], &key[1..])
 }
 
 /// The entry's counts, as stored.
@@ -61,18 +79,18 @@ pub(super) struct DistinctEntries {
 }
 
 impl DistinctEntries {
-    /// Changes the entry `key` (its counts read by `read` when it is not held) with `apply`;
-    /// returns the bytes a new entry added.
+    /// Changes the entry of multiset `set` for value row `value` (its counts read by `read`
+    /// when it is not held) with `apply`; returns the bytes a new entry added.
     pub fn update(
         &mut self,
         hasher: &RandomState,
-        key: &[u8],
+        (set, value): (u8, &[u8]),
         read: impl FnOnce() -> Result<Vec<i64>>,
         scratch: &mut Vec<i64>,
         apply: impl FnOnce(&mut [i64]) -> bool,
     ) -> Result<usize> {
-        let hash = hasher.hash_one(key);
-        if let Some(entry) = self.table.find_mut(hash, |e| self::key(e) == key) {
+        let hash = hash(hasher, set, value);
+        if let Some(entry) = self.table.find_mut(hash, |e| is(key(e), set, value)) {
             apply_to(entry, scratch, apply);
             return Ok(0);
         }
@@ -81,28 +99,27 @@ impl DistinctEntries {
         let width = u32::try_from(counts.len()).map_err(|_| {
             EngineError::Internal(format!("{} COUNT(DISTINCT)s in one entry", counts.len()))
         })?;
-        let mut entry = Vec::with_capacity(HEADER + 8 * counts.len() + key.len());
+        let mut entry = Vec::with_capacity(HEADER + 8 * counts.len() + 1 + value.len());
         entry.push(u8::from(dirty));
         entry.extend_from_slice(&width.to_le_bytes());
         entry.extend(counts.iter().flat_map(|c| c.to_le_bytes()));
-        entry.extend_from_slice(key);
+        entry.push(set);
+        entry.extend_from_slice(value);
         let bytes = entry_bytes(entry.len());
         self.bytes += bytes;
         self.table
-            .insert_unique(hash, entry.into_boxed_slice(), |e| {
-                hasher.hash_one(self::key(e))
-            });
+            .insert_unique(hash, entry.into_boxed_slice(), |e| rehash(hasher, e));
         Ok(bytes)
     }
 
-    /// Whether the entry `key` is held.
-    pub fn contains(&self, hasher: &RandomState, key: &[u8]) -> bool {
+    /// Whether the entry of multiset `set` for value row `value` is held.
+    pub fn contains(&self, hasher: &RandomState, set: u8, value: &[u8]) -> bool {
         self.table
-            .find(hasher.hash_one(key), |e| self::key(e) == key)
+            .find(hash(hasher, set, value), |e| is(key(e), set, value))
             .is_some()
     }
 
-    /// The changed entries (store key, counts as stored), marked clean.
+    /// The changed entries (key within the group, counts as stored), marked clean.
     pub fn take_dirty(&mut self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.table.iter_mut().filter_map(|e| {
             if e[0] == 0 {
@@ -124,6 +141,10 @@ impl DistinctEntries {
 mod tests {
     use super::*;
 
+    fn parts(key: &[u8]) -> (u8, &[u8]) {
+        (key[0], &key[1..])
+    }
+
     fn decode(counts: &[u8]) -> Vec<i64> {
         stored_counts(counts).collect()
     }
@@ -134,16 +155,21 @@ mod tests {
         let mut entries = DistinctEntries::default();
         let mut scratch = Vec::new();
         let mut bytes = 0;
-        // Keys of several lengths and widths, one a prefix of another.
-        let keys: Vec<(Vec<u8>, usize)> = (0..300u32)
-            .map(|i| (i.to_string().into_bytes(), 1 + (i as usize % 4)))
+        // Keys of several lengths and widths, one a prefix of another, in two multisets (the
+        // same value in both is two entries).
+        let keys: Vec<(Vec<u8>, usize)> = (0..600u32)
+            .map(|i| {
+                let mut key = vec![(i % 2) as u8];
+                key.extend((i / 2).to_string().into_bytes());
+                (key, 1 + (i as usize % 4))
+            })
             .collect();
         for (key, width) in &keys {
             let read = || Ok((0..*width as i64).collect());
             bytes += entries
-                .update(&hasher, key, read, &mut scratch, |c| {
+                .update(&hasher, parts(key), read, &mut scratch, |c| {
                     c[0] += 10;
-                    key.len() == 2
+                    key.len() == 3
                 })
                 .unwrap();
         }
@@ -153,20 +179,25 @@ mod tests {
             let added = entries
                 .update(
                     &hasher,
-                    key,
+                    parts(key),
                     || unreachable!(),
                     &mut scratch,
                     |c| {
                         assert_eq!(c.len(), *width);
                         assert_eq!(c[0], 10);
                         c[width - 1] += 100;
-                        key.len() == 3
+                        key.len() == 4
                     },
                 )
                 .unwrap();
             assert_eq!(added, 0);
         }
-        // Dirty: the two-digit keys (first pass) and the three-digit ones (second pass).
+        assert!(keys
+            .iter()
+            .all(|(k, _)| entries.contains(&hasher, k[0], &k[1..])));
+        assert!(!entries.contains(&hasher, 2, b"1"));
+        assert!(!entries.contains(&hasher, 0, b"1000"));
+        // Dirty: the two-digit values (first pass) and the three-digit ones (second pass).
         let mut dirty: Vec<(Vec<u8>, Vec<i64>)> = entries
             .take_dirty()
             .map(|(k, c)| (k.to_vec(), decode(c)))
@@ -174,7 +205,7 @@ mod tests {
         dirty.sort();
         let mut expected: Vec<(Vec<u8>, Vec<i64>)> = keys
             .iter()
-            .filter(|(k, _)| k.len() >= 2)
+            .filter(|(k, _)| k.len() >= 3)
             .map(|(k, w)| {
                 let mut c: Vec<i64> = (0..*w as i64).collect();
                 c[0] += 10;

@@ -176,11 +176,17 @@ impl Keys<'_> {
     /// The start of the multiset of aggregate `agg` of `group`; its range ends at the same
     /// key with the last byte one higher.
     pub fn multiset(&self, group: &[u8], agg: usize) -> Vec<u8> {
-        let mut suffix = Vec::with_capacity(6 + group.len());
+        let mut key = self.multisets(group);
+        key.push(agg as u8);
+        key
+    }
+
+    /// The start of `group`'s multisets: each one's key goes on with its aggregate's byte.
+    pub fn multisets(&self, group: &[u8]) -> Vec<u8> {
+        let mut suffix = Vec::with_capacity(5 + group.len());
         suffix.push(MULTISET_TAG);
         suffix.extend_from_slice(&(group.len() as u32).to_be_bytes());
         suffix.extend_from_slice(group);
-        suffix.push(agg as u8);
         self.handle.key(&suffix)
     }
 
