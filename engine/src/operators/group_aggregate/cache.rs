@@ -22,7 +22,7 @@ use datafusion::common::HashMap;
 use crate::error::{EngineError, Result};
 use crate::state::{just_after, ChunkedWrites, StateBackend};
 
-use super::distinct::{decode_counts, stored_counts};
+use super::distinct::decode_counts;
 use super::distinct_entries::DistinctEntries;
 use super::state::GroupState;
 
@@ -82,6 +82,8 @@ pub(super) struct DistinctBatch<'a> {
     pub set: u8,
     /// Counts per entry (one per member aggregate).
     pub width: usize,
+    /// Append-only input: the counts are 0 or 1, kept and stored as bits.
+    pub seen: bool,
     /// Per group (its row), its changed entries: value row and the caller's index of the entry.
     pub groups: Vec<(&'a [u8], Vec<(&'a [u8], usize)>)>,
 }
@@ -212,7 +214,9 @@ impl GroupCache {
         prefix: impl Fn(&[u8]) -> Vec<u8>,
         mut apply: impl FnMut(usize, &mut [i64]) -> bool,
     ) -> Result<()> {
-        let DistinctBatch { set, width, .. } = *batch;
+        let DistinctBatch {
+            set, width, seen, ..
+        } = *batch;
         let not_read = || {
             EngineError::Internal(
                 "a COUNT(DISTINCT) entry of a group that was not read first".into(),
@@ -259,6 +263,7 @@ impl GroupCache {
                 self.bytes += slot.distinct.update(
                     &self.hasher,
                     (set, value),
+                    seen,
                     read,
                     &mut self.scratch,
                     |counts| apply(e, counts),
@@ -278,8 +283,8 @@ impl GroupCache {
                     writes.put(slot.key.clone(), state.encode())?;
                 }
             }
-            for (key, counts) in slot.distinct.take_dirty() {
-                write_distinct(&mut writes, &slot.multisets, key, counts)?;
+            for (key, counts, live) in slot.distinct.take_dirty() {
+                write_distinct(&mut writes, &slot.multisets, key, counts, live)?;
             }
         }
         writes.finish()
@@ -297,8 +302,8 @@ impl GroupCache {
             if let (true, Some(state)) = (slot.dirty, &slot.state) {
                 writes.put(slot.key, state.encode())?;
             }
-            for (key, counts) in slot.distinct.take_dirty() {
-                write_distinct(&mut writes, &slot.multisets, key, counts)?;
+            for (key, counts, live) in slot.distinct.take_dirty() {
+                write_distinct(&mut writes, &slot.multisets, key, counts, live)?;
             }
         }
         writes.finish()
@@ -306,16 +311,16 @@ impl GroupCache {
 }
 
 /// A COUNT(DISTINCT) entry's counts (as stored) under `prefix` and its key within the group:
-/// put, or deleted when none is above zero.
+/// put, or deleted when none is above zero (not `live`).
 fn write_distinct(
     writes: &mut ChunkedWrites<'_>,
     prefix: &[u8],
     key: &[u8],
     counts: &[u8],
+    live: bool,
 ) -> Result<()> {
     let key = [prefix, key].concat();
-    let any = stored_counts(counts).any(|c| c > 0);
-    if any {
+    if live {
         writes.put(key, counts.to_vec())
     } else {
         let end = just_after(&key);
@@ -353,6 +358,7 @@ mod tests {
         let batch = DistinctBatch {
             set: 7,
             width: to.len(),
+            seen: false,
             groups: vec![(group, vec![(value, 0)])],
         };
         let mut was = Vec::new();
@@ -452,6 +458,7 @@ mod tests {
         let batch = DistinctBatch {
             set: 7,
             width: 1,
+            seen: false,
             groups: vec![(b"a", vec![(b"y", 0)]), (b"b", vec![(b"y", 1), (b"z", 2)])],
         };
         let mut seen = vec![Vec::new(); 3];
@@ -477,6 +484,51 @@ mod tests {
         // A deleted group has nothing left in the store.
         cache.deleted(b"c");
         assert_eq!(set_in(&mut cache, &store, b"c", b"x", &[0]).unwrap(), [0]);
+    }
+
+    #[test]
+    fn an_append_only_multiset_stores_bits_and_reads_counts_stored_before() {
+        let store = MemoryStateBackend::default();
+        let mut stored_before = WriteBatch::default();
+        stored_before
+            .puts
+            .push((b"ka".to_vec(), GroupState::new(1).encode()));
+        // Ten members: two bytes of bits. One entry as i64 counts (an earlier checkpoint).
+        stored_before.puts.push((
+            entry(b"a", b"old"),
+            encode_counts(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+        ));
+        store.write(stored_before).unwrap();
+        let mut cache = GroupCache::new(1, usize::MAX);
+        cache.state(&store, b"a", || b"ka".to_vec()).unwrap();
+        let batch = DistinctBatch {
+            set: 7,
+            width: 10,
+            seen: true,
+            groups: vec![(b"a", vec![(b"old", 0), (b"new", 1)])],
+        };
+        let mut seen = vec![Vec::new(); 2];
+        cache
+            .apply_distinct(&store, &batch, prefix, |e, counts| {
+                seen[e] = counts.to_vec();
+                counts[8] = 1;
+                true
+            })
+            .unwrap();
+        assert_eq!(seen[0], [1, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(seen[1], [0; 10]);
+        cache.flush(&store).unwrap();
+        // Written back as bits (member m: bit m % 8 of byte m / 8).
+        assert_eq!(store.get(&entry(b"a", b"old")).unwrap(), Some(vec![1, 3]));
+        assert_eq!(store.get(&entry(b"a", b"new")).unwrap(), Some(vec![0, 1]));
+        // Read back from the store, in either form.
+        for (bytes, counts) in [
+            (vec![1, 3], vec![1, 0, 0, 0, 0, 0, 0, 0, 1, 1]),
+            (encode_counts(&[2; 10]), vec![2; 10]),
+        ] {
+            assert_eq!(decode_counts(&bytes, 10).unwrap(), counts);
+        }
+        assert!(decode_counts(&[1, 2, 3], 10).is_err());
     }
 
     #[test]

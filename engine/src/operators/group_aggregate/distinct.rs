@@ -34,23 +34,59 @@ pub(crate) fn distinct_sets(aggregates: &[UpdatingAggregate]) -> Vec<Vec<usize>>
     sets
 }
 
-/// An entry's counts as stored, `width` of them.
-pub(super) fn decode_counts(bytes: &[u8], width: usize) -> Result<Vec<i64>> {
-    if bytes.len() != 8 * width {
-        return Err(EngineError::State(format!(
-            "COUNT(DISTINCT) entry of {} bytes, expected {} for {width} aggregates",
-            bytes.len(),
-            8 * width
-        )));
+/// Bytes of `width` counts as stored: little-endian i64s, or over an append-only input, where a
+/// count is only ever 0 or 1 (seen or not), one bit each (`seen`).
+pub(super) fn counts_len(width: usize, seen: bool) -> usize {
+    match seen {
+        true => width.div_ceil(8),
+        false => 8 * width,
     }
-    Ok(stored_counts(bytes).collect())
 }
 
-/// The little-endian i64 counts of stored bytes (a COUNT(DISTINCT) entry's value).
-pub(super) fn stored_counts(bytes: &[u8]) -> impl Iterator<Item = i64> + '_ {
-    bytes
-        .chunks_exact(8)
-        .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
+/// Appends `counts` to `out` as stored ([`counts_len`]; as bits, a count above zero is set).
+pub(super) fn encode_counts(counts: &[i64], seen: bool, out: &mut Vec<u8>) {
+    if !seen {
+        out.extend(counts.iter().flat_map(|c| c.to_le_bytes()));
+        return;
+    }
+    let start = out.len();
+    out.resize(start + counts.len().div_ceil(8), 0);
+    for (m, c) in counts.iter().enumerate() {
+        if *c > 0 {
+            out[start + m / 8] |= 1 << (m % 8);
+        }
+    }
+}
+
+/// Replaces `out` with the `width` counts of `bytes`, stored as [`encode_counts`] wrote them.
+pub(super) fn decode_counts_into(bytes: &[u8], width: usize, seen: bool, out: &mut Vec<i64>) {
+    out.clear();
+    match seen {
+        true => out.extend((0..width).map(|m| i64::from((bytes[m / 8] >> (m % 8)) & 1))),
+        false => out.extend(
+            bytes
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())),
+        ),
+    }
+}
+
+/// A stored entry's `width` counts, in either form (their lengths differ for every width).
+pub(super) fn decode_counts(bytes: &[u8], width: usize) -> Result<Vec<i64>> {
+    let seen = match bytes.len() {
+        n if n == counts_len(width, false) => false,
+        n if n == counts_len(width, true) => true,
+        n => {
+            return Err(EngineError::State(format!(
+                "COUNT(DISTINCT) entry of {n} bytes, expected {} or {} for {width} aggregates",
+                counts_len(width, false),
+                counts_len(width, true)
+            )))
+        }
+    };
+    let mut counts = Vec::with_capacity(width);
+    decode_counts_into(bytes, width, seen, &mut counts);
+    Ok(counts)
 }
 
 /// What one shared multiset needs to take a batch.
@@ -117,6 +153,7 @@ pub(super) fn accumulate<'v>(
     let batch = DistinctBatch {
         set,
         width,
+        seen: input.append_only,
         groups: by_group
             .into_iter()
             .enumerate()

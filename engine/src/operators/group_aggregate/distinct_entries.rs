@@ -1,8 +1,9 @@
 //! The COUNT(DISTINCT) multiset entries a [`super::cache::GroupCache`] holds for one group.
 //!
 //! q16 keeps millions of them in memory (one per group and distinct bidder or auction), so
-//! each is one allocation: a dirty byte, the number of counts (u32), the counts (i64,
-//! little-endian, as stored) and then the entry's key within its group (its multiset's byte
+//! each is one allocation: a flags byte (dirty; counts as bits), the number of counts (a
+//! byte), the counts as stored ([`super::distinct::encode_counts`]: i64s, or one bit each
+//! over an append-only input) and then the entry's key within its group (its multiset's byte
 //! and the value row: the store key without the group's prefix, which the cache holds once);
 //! the table holds only that allocation's pointer and is searched by hashing the key part. A
 //! map of store key -> `Vec` of counts cost twice the memory and hid a third of it from the
@@ -11,11 +12,15 @@
 use ahash::RandomState;
 use hashbrown::HashTable;
 
-use super::distinct::stored_counts;
+use super::distinct::{counts_len, decode_counts_into, encode_counts};
 use crate::error::{EngineError, Result};
 
-/// Bytes before the counts: the dirty flag and the number of counts.
-const HEADER: usize = 5;
+/// Bytes before the counts: the flags and the number of counts.
+const HEADER: usize = 2;
+/// Flag: changed since last written.
+const DIRTY: u8 = 1;
+/// Flag: the counts are bits (seen or not).
+const SEEN: u8 = 2;
 
 /// What one entry costs in memory: its allocation (rounded up to the allocator's 16-byte
 /// size classes) and its share of the table (a 16-byte slot and a control byte, the table
@@ -24,15 +29,20 @@ fn entry_bytes(len: usize) -> usize {
     len.next_multiple_of(16) + 26
 }
 
-fn width(entry: &[u8]) -> usize {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&entry[1..HEADER]);
-    u32::from_le_bytes(w) as usize
+/// The entry's number of counts and whether they are bits.
+fn format(entry: &[u8]) -> (usize, bool) {
+    (entry[1] as usize, entry[0] & SEEN != 0)
+}
+
+/// The length of the entry's counts.
+fn counts_end(entry: &[u8]) -> usize {
+    let (width, seen) = format(entry);
+    HEADER + counts_len(width, seen)
 }
 
 /// The entry's key within its group: its multiset's byte, then the value row.
 fn key(entry: &[u8]) -> &[u8] {
-    &entry[HEADER + 8 * width(entry)..]
+    &entry[counts_end(entry)..]
 }
 
 /// The hash of an entry of multiset `set` and value row `value`.
@@ -53,20 +63,33 @@ fn rehash(hasher: &RandomState, entry: &[u8]) -> u64 {
 
 /// The entry's counts, as stored.
 fn counts(entry: &[u8]) -> &[u8] {
-    &entry[HEADER..HEADER + 8 * width(entry)]
+    &entry[HEADER..counts_end(entry)]
 }
 
 /// Copies the entry's counts into `scratch` for `apply` and back; the entry is dirty when
 /// `apply` says they changed.
 fn apply_to(entry: &mut [u8], scratch: &mut Vec<i64>, apply: impl FnOnce(&mut [i64]) -> bool) {
-    scratch.clear();
-    scratch.extend(stored_counts(counts(entry)));
-    let changed = apply(scratch);
-    for (to, c) in entry[HEADER..].chunks_exact_mut(8).zip(scratch.iter()) {
-        to.copy_from_slice(&c.to_le_bytes());
+    let (width, seen) = format(entry);
+    let end = counts_end(entry);
+    decode_counts_into(&entry[HEADER..end], width, seen, scratch);
+    if apply(scratch) {
+        entry[0] |= DIRTY;
     }
-    if changed {
-        entry[0] = 1;
+    match seen {
+        true => {
+            let bits = &mut entry[HEADER..end];
+            bits.fill(0);
+            for (m, c) in scratch.iter().enumerate() {
+                if *c > 0 {
+                    bits[m / 8] |= 1 << (m % 8);
+                }
+            }
+        }
+        false => {
+            for (to, c) in entry[HEADER..end].chunks_exact_mut(8).zip(scratch.iter()) {
+                to.copy_from_slice(&c.to_le_bytes());
+            }
+        }
     }
 }
 
@@ -80,11 +103,14 @@ pub(super) struct DistinctEntries {
 
 impl DistinctEntries {
     /// Changes the entry of multiset `set` for value row `value` (its counts read by `read`
-    /// when it is not held) with `apply`; returns the bytes a new entry added.
+    /// when it is not held; kept as bits when `seen`) with `apply`; returns the bytes a new
+    /// entry added.
+    #[allow(clippy::too_many_arguments)]
     pub fn update(
         &mut self,
         hasher: &RandomState,
         (set, value): (u8, &[u8]),
+        seen: bool,
         read: impl FnOnce() -> Result<Vec<i64>>,
         scratch: &mut Vec<i64>,
         apply: impl FnOnce(&mut [i64]) -> bool,
@@ -96,13 +122,17 @@ impl DistinctEntries {
         }
         let mut counts = read()?;
         let dirty = apply(&mut counts);
-        let width = u32::try_from(counts.len()).map_err(|_| {
-            EngineError::Internal(format!("{} COUNT(DISTINCT)s in one entry", counts.len()))
+        let width = u8::try_from(counts.len()).map_err(|_| {
+            EngineError::BadInput(format!(
+                "{} COUNT(DISTINCT)s of one argument (at most 255)",
+                counts.len()
+            ))
         })?;
-        let mut entry = Vec::with_capacity(HEADER + 8 * counts.len() + 1 + value.len());
-        entry.push(u8::from(dirty));
-        entry.extend_from_slice(&width.to_le_bytes());
-        entry.extend(counts.iter().flat_map(|c| c.to_le_bytes()));
+        let len = HEADER + counts_len(counts.len(), seen) + 1 + value.len();
+        let mut entry = Vec::with_capacity(len);
+        entry.push(if dirty { DIRTY } else { 0 } | if seen { SEEN } else { 0 });
+        entry.push(width);
+        encode_counts(&counts, seen, &mut entry);
         entry.push(set);
         entry.extend_from_slice(value);
         let bytes = entry_bytes(entry.len());
@@ -119,15 +149,19 @@ impl DistinctEntries {
             .is_some()
     }
 
-    /// The changed entries (key within the group, counts as stored), marked clean.
-    pub fn take_dirty(&mut self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.table.iter_mut().filter_map(|e| {
-            if e[0] == 0 {
+    /// The changed entries (key within the group, counts as stored, whether any count is
+    /// above zero), marked clean.
+    pub fn take_dirty(&mut self) -> impl Iterator<Item = (&[u8], &[u8], bool)> {
+        let mut scratch = Vec::new();
+        self.table.iter_mut().filter_map(move |e| {
+            if e[0] & DIRTY == 0 {
                 return None;
             }
-            e[0] = 0;
+            e[0] &= !DIRTY;
             let e: &[u8] = e;
-            Some((key(e), counts(e)))
+            let (width, seen) = format(e);
+            decode_counts_into(counts(e), width, seen, &mut scratch);
+            Some((key(e), counts(e), scratch.iter().any(|c| *c > 0)))
         })
     }
 
@@ -146,7 +180,10 @@ mod tests {
     }
 
     fn decode(counts: &[u8]) -> Vec<i64> {
-        stored_counts(counts).collect()
+        counts
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
     }
 
     #[test]
@@ -167,7 +204,7 @@ mod tests {
         for (key, width) in &keys {
             let read = || Ok((0..*width as i64).collect());
             bytes += entries
-                .update(&hasher, parts(key), read, &mut scratch, |c| {
+                .update(&hasher, parts(key), false, read, &mut scratch, |c| {
                     c[0] += 10;
                     key.len() == 3
                 })
@@ -180,6 +217,7 @@ mod tests {
                 .update(
                     &hasher,
                     parts(key),
+                    false,
                     || unreachable!(),
                     &mut scratch,
                     |c| {
@@ -200,7 +238,10 @@ mod tests {
         // Dirty: the two-digit values (first pass) and the three-digit ones (second pass).
         let mut dirty: Vec<(Vec<u8>, Vec<i64>)> = entries
             .take_dirty()
-            .map(|(k, c)| (k.to_vec(), decode(c)))
+            .map(|(k, c, live)| {
+                assert!(live);
+                (k.to_vec(), decode(c))
+            })
             .collect();
         dirty.sort();
         let mut expected: Vec<(Vec<u8>, Vec<i64>)> = keys
@@ -216,5 +257,67 @@ mod tests {
         expected.sort();
         assert_eq!(dirty, expected);
         assert_eq!(entries.take_dirty().count(), 0);
+    }
+
+    #[test]
+    fn seen_entries_keep_one_bit_per_count() {
+        let hasher = RandomState::new();
+        let mut entries = DistinctEntries::default();
+        let mut scratch = Vec::new();
+        for width in 1..=17usize {
+            let value = width.to_string().into_bytes();
+            // Every other member seen on insert; then the last one too, then none.
+            let first: Vec<i64> = (0..width as i64).map(|m| (m + 1) % 2).collect();
+            let added = entries
+                .update(
+                    &hasher,
+                    (1, &value),
+                    true,
+                    || Ok(vec![0; width]),
+                    &mut scratch,
+                    |c| {
+                        c.copy_from_slice(&first);
+                        true
+                    },
+                )
+                .unwrap();
+            assert_eq!(
+                added,
+                entry_bytes(HEADER + width.div_ceil(8) + 1 + value.len())
+            );
+            let mut seen_then = Vec::new();
+            for set_to in [Some(width - 1), None] {
+                entries
+                    .update(
+                        &hasher,
+                        (1, &value),
+                        true,
+                        || unreachable!(),
+                        &mut scratch,
+                        |c| {
+                            seen_then = c.to_vec();
+                            match set_to {
+                                Some(m) => c[m] = 1,
+                                None => c.fill(0),
+                            }
+                            true
+                        },
+                    )
+                    .unwrap();
+            }
+            let mut after_first = first.clone();
+            after_first[width - 1] = 1;
+            assert_eq!(seen_then, after_first);
+        }
+        // Every entry is dirty and all counts are zero now: each is to be deleted.
+        let dirty: Vec<(Vec<u8>, Vec<u8>, bool)> = entries
+            .take_dirty()
+            .map(|(k, c, live)| (k.to_vec(), c.to_vec(), live))
+            .collect();
+        assert_eq!(dirty.len(), 17);
+        for (key, counts, live) in dirty {
+            let width: usize = std::str::from_utf8(&key[1..]).unwrap().parse().unwrap();
+            assert_eq!((counts, live), (vec![0; width.div_ceil(8)], false));
+        }
     }
 }
