@@ -283,9 +283,11 @@ impl GroupCache {
                     writes.put(slot.key.clone(), state.encode())?;
                 }
             }
-            for (key, counts, live) in slot.distinct.take_dirty() {
-                write_distinct(&mut writes, &slot.multisets, key, counts, live)?;
-            }
+            let multisets = &slot.multisets;
+            slot.distinct
+                .take_dirty(&self.hasher, |key, counts, live| {
+                    write_distinct(&mut writes, multisets, key, counts, live)
+                })?;
         }
         writes.finish()
     }
@@ -302,9 +304,11 @@ impl GroupCache {
             if let (true, Some(state)) = (slot.dirty, &slot.state) {
                 writes.put(slot.key, state.encode())?;
             }
-            for (key, counts, live) in slot.distinct.take_dirty() {
-                write_distinct(&mut writes, &slot.multisets, key, counts, live)?;
-            }
+            let multisets = &slot.multisets;
+            slot.distinct
+                .take_dirty(&self.hasher, |key, counts, live| {
+                    write_distinct(&mut writes, multisets, key, counts, live)
+                })?;
         }
         writes.finish()
     }

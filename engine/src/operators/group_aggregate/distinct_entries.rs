@@ -67,12 +67,17 @@ fn counts(entry: &[u8]) -> &[u8] {
 }
 
 /// Copies the entry's counts into `scratch` for `apply` and back; the entry is dirty when
-/// `apply` says they changed.
-fn apply_to(entry: &mut [u8], scratch: &mut Vec<i64>, apply: impl FnOnce(&mut [i64]) -> bool) {
+/// `apply` says they changed. Returns whether it just became dirty.
+fn apply_to(
+    entry: &mut [u8],
+    scratch: &mut Vec<i64>,
+    apply: impl FnOnce(&mut [i64]) -> bool,
+) -> bool {
     let (width, seen) = format(entry);
     let end = counts_end(entry);
     decode_counts_into(&entry[HEADER..end], width, seen, scratch);
-    if apply(scratch) {
+    let became_dirty = apply(scratch) && entry[0] & DIRTY == 0;
+    if became_dirty {
         entry[0] |= DIRTY;
     }
     match seen {
@@ -91,6 +96,7 @@ fn apply_to(entry: &mut [u8], scratch: &mut Vec<i64>, apply: impl FnOnce(&mut [i
             }
         }
     }
+    became_dirty
 }
 
 /// A group's entries (see the module doc).
@@ -99,6 +105,10 @@ pub(super) struct DistinctEntries {
     table: HashTable<Box<[u8]>>,
     /// What the entries take, as [`entry_bytes`] counts them.
     bytes: usize,
+    /// The hash of each entry that became dirty since the last [`Self::take_dirty`], so that
+    /// writing them back visits them alone, not every entry held (8 bytes per changed entry,
+    /// beside its own 42 or more).
+    dirty: Vec<u64>,
 }
 
 impl DistinctEntries {
@@ -117,7 +127,9 @@ impl DistinctEntries {
     ) -> Result<usize> {
         let hash = hash(hasher, set, value);
         if let Some(entry) = self.table.find_mut(hash, |e| is(key(e), set, value)) {
-            apply_to(entry, scratch, apply);
+            if apply_to(entry, scratch, apply) {
+                self.dirty.push(hash);
+            }
             return Ok(0);
         }
         let mut counts = read()?;
@@ -137,6 +149,9 @@ impl DistinctEntries {
         entry.extend_from_slice(value);
         let bytes = entry_bytes(entry.len());
         self.bytes += bytes;
+        if dirty {
+            self.dirty.push(hash);
+        }
         self.table
             .insert_unique(hash, entry.into_boxed_slice(), |e| rehash(hasher, e));
         Ok(bytes)
@@ -149,20 +164,29 @@ impl DistinctEntries {
             .is_some()
     }
 
-    /// The changed entries (key within the group, counts as stored, whether any count is
-    /// above zero), marked clean.
-    pub fn take_dirty(&mut self) -> impl Iterator<Item = (&[u8], &[u8], bool)> {
+    /// Hands each changed entry to `write` (key within the group, counts as stored, whether
+    /// any count is above zero) and marks it clean.
+    pub fn take_dirty(
+        &mut self,
+        hasher: &RandomState,
+        mut write: impl FnMut(&[u8], &[u8], bool) -> Result<()>,
+    ) -> Result<()> {
         let mut scratch = Vec::new();
-        self.table.iter_mut().filter_map(move |e| {
-            if e[0] & DIRTY == 0 {
-                return None;
-            }
+        for hash in std::mem::take(&mut self.dirty) {
+            // The dirty entry this hash was noted for (entries never leave the table; two
+            // entries of one hash were noted twice).
+            let Some(e) = self
+                .table
+                .find_mut(hash, |e| e[0] & DIRTY != 0 && rehash(hasher, e) == hash)
+            else {
+                continue;
+            };
             e[0] &= !DIRTY;
-            let e: &[u8] = e;
             let (width, seen) = format(e);
             decode_counts_into(counts(e), width, seen, &mut scratch);
-            Some((key(e), counts(e), scratch.iter().any(|c| *c > 0)))
-        })
+            write(key(e), counts(e), scratch.iter().any(|c| *c > 0))?;
+        }
+        Ok(())
     }
 
     /// Bytes the entries take (as [`entry_bytes`] counts them).
@@ -236,13 +260,14 @@ mod tests {
         assert!(!entries.contains(&hasher, 2, b"1"));
         assert!(!entries.contains(&hasher, 0, b"1000"));
         // Dirty: the two-digit values (first pass) and the three-digit ones (second pass).
-        let mut dirty: Vec<(Vec<u8>, Vec<i64>)> = entries
-            .take_dirty()
-            .map(|(k, c, live)| {
+        let mut dirty: Vec<(Vec<u8>, Vec<i64>)> = Vec::new();
+        entries
+            .take_dirty(&hasher, |k, c, live| {
                 assert!(live);
-                (k.to_vec(), decode(c))
+                dirty.push((k.to_vec(), decode(c)));
+                Ok(())
             })
-            .collect();
+            .unwrap();
         dirty.sort();
         let mut expected: Vec<(Vec<u8>, Vec<i64>)> = keys
             .iter()
@@ -256,7 +281,9 @@ mod tests {
             .collect();
         expected.sort();
         assert_eq!(dirty, expected);
-        assert_eq!(entries.take_dirty().count(), 0);
+        entries
+            .take_dirty(&hasher, |_, _, _| panic!("nothing changed since"))
+            .unwrap();
     }
 
     #[test]
@@ -310,10 +337,13 @@ mod tests {
             assert_eq!(seen_then, after_first);
         }
         // Every entry is dirty and all counts are zero now: each is to be deleted.
-        let dirty: Vec<(Vec<u8>, Vec<u8>, bool)> = entries
-            .take_dirty()
-            .map(|(k, c, live)| (k.to_vec(), c.to_vec(), live))
-            .collect();
+        let mut dirty: Vec<(Vec<u8>, Vec<u8>, bool)> = Vec::new();
+        entries
+            .take_dirty(&hasher, |k, c, live| {
+                dirty.push((k.to_vec(), c.to_vec(), live));
+                Ok(())
+            })
+            .unwrap();
         assert_eq!(dirty.len(), 17);
         for (key, counts, live) in dirty {
             let width: usize = std::str::from_utf8(&key[1..]).unwrap().parse().unwrap();
