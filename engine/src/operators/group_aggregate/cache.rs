@@ -84,9 +84,12 @@ pub(super) struct DistinctBatch<'a> {
     pub width: usize,
     /// Append-only input: the counts are 0 or 1, kept and stored as bits.
     pub seen: bool,
-    /// Per group (its row), its changed entries: value row and the caller's index of the entry.
-    pub groups: Vec<(&'a [u8], Vec<(&'a [u8], usize)>)>,
+    /// Per group (its row), its changed entries.
+    pub groups: Vec<(&'a [u8], Vec<ChangedEntry<'a>>)>,
 }
+
+/// A changed COUNT(DISTINCT) entry: its value row and the caller's index of it.
+pub(super) type ChangedEntry<'a> = (&'a [u8], usize);
 
 /// Cached groups by group row (see the module doc).
 pub(super) struct GroupCache {
