@@ -22,11 +22,18 @@ const DIRTY: u8 = 1;
 /// Flag: the counts are bits (seen or not).
 const SEEN: u8 = 2;
 
-/// What one entry costs in memory: its allocation (rounded up to the allocator's 16-byte
-/// size classes) and its share of the table (a 16-byte slot and a control byte, the table
-/// between 7/16 and 7/8 full: 1.5x on average).
+/// What one entry's allocation costs (rounded up to the allocator's 16-byte size classes).
 fn entry_bytes(len: usize) -> usize {
-    len.next_multiple_of(16) + 26
+    len.next_multiple_of(16)
+}
+
+/// What a table able to hold `capacity` entries costs: per bucket a 16-byte slot and a
+/// control byte (hashbrown keeps a table at most 7/8 full, in a power of two of buckets).
+fn table_bytes(capacity: usize) -> usize {
+    match capacity {
+        0 => 0,
+        _ => (capacity * 8 / 7).next_power_of_two() * (std::mem::size_of::<Box<[u8]>>() + 1),
+    }
 }
 
 /// The entry's number of counts and whether they are bits.
@@ -103,7 +110,8 @@ fn apply_to(
 #[derive(Default)]
 pub(super) struct DistinctEntries {
     table: HashTable<Box<[u8]>>,
-    /// What the entries take, as [`entry_bytes`] counts them.
+    /// What the entries and the table take, as [`entry_bytes`] and [`table_bytes`] count
+    /// them.
     bytes: usize,
     /// The hash of each entry that became dirty since the last [`Self::take_dirty`], so that
     /// writing them back visits them alone, not every entry held (8 bytes per changed entry,
@@ -147,13 +155,16 @@ impl DistinctEntries {
         encode_counts(&counts, seen, &mut entry);
         entry.push(set);
         entry.extend_from_slice(value);
-        let bytes = entry_bytes(entry.len());
-        self.bytes += bytes;
+        let table_before = table_bytes(self.table.capacity());
+        let entry_len = entry.len();
         if dirty {
             self.dirty.push(hash);
         }
         self.table
             .insert_unique(hash, entry.into_boxed_slice(), |e| rehash(hasher, e));
+        // A table that grew counts its new size at once.
+        let bytes = entry_bytes(entry_len) + table_bytes(self.table.capacity()) - table_before;
+        self.bytes += bytes;
         Ok(bytes)
     }
 
@@ -189,7 +200,7 @@ impl DistinctEntries {
         Ok(())
     }
 
-    /// Bytes the entries take (as [`entry_bytes`] counts them).
+    /// Bytes the entries and their table take.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -295,6 +306,7 @@ mod tests {
             let value = width.to_string().into_bytes();
             // Every other member seen on insert; then the last one too, then none.
             let first: Vec<i64> = (0..width as i64).map(|m| (m + 1) % 2).collect();
+            let table_before = table_bytes(entries.table.capacity());
             let added = entries
                 .update(
                     &hasher,
@@ -308,9 +320,12 @@ mod tests {
                     },
                 )
                 .unwrap();
+            // The entry, and the table when it grew.
+            let grew = table_bytes(entries.table.capacity()) - table_before;
+            assert!(grew == 0 || [1, 4, 8, 15].contains(&width), "{width}");
             assert_eq!(
                 added,
-                entry_bytes(HEADER + width.div_ceil(8) + 1 + value.len())
+                entry_bytes(HEADER + width.div_ceil(8) + 1 + value.len()) + grew
             );
             let mut seen_then = Vec::new();
             for set_to in [Some(width - 1), None] {
