@@ -382,6 +382,17 @@ mod tests {
         set_in(cache, store, b"a", value, to).unwrap()
     }
 
+    fn store_with(puts: Vec<(Vec<u8>, Vec<u8>)>) -> MemoryStateBackend {
+        let store = MemoryStateBackend::default();
+        store
+            .write(WriteBatch {
+                puts,
+                ..WriteBatch::default()
+            })
+            .unwrap();
+        store
+    }
+
     fn stored(store: &dyn StateBackend, key: &[u8]) -> Option<GroupState> {
         store
             .get(key)
@@ -439,20 +450,14 @@ mod tests {
         // A store holding entries whose group has no state: never the case in a real store
         // (entries go with their group's state), so whether the cache reads them shows
         // whether it asked the store.
-        let store = MemoryStateBackend::default();
-        let mut stray = WriteBatch::default();
-        stray
-            .puts
-            .push((b"kb".to_vec(), GroupState::new(1).encode()));
+        let mut puts = vec![(b"kb".to_vec(), GroupState::new(1).encode())];
         for (i, (g, v)) in [(b"a", b"x"), (b"a", b"y"), (b"b", b"x"), (b"b", b"y")]
             .into_iter()
             .enumerate()
         {
-            stray
-                .puts
-                .push((entry(g, v), encode_counts(&[i as i64 + 7])));
+            puts.push((entry(g, v), encode_counts(&[i as i64 + 7])));
         }
-        store.write(stray).unwrap();
+        let store = store_with(puts);
         let mut cache = GroupCache::new(1, usize::MAX);
         let groups = [b"a".to_vec(), b"b".to_vec()];
         cache
@@ -495,17 +500,14 @@ mod tests {
 
     #[test]
     fn an_append_only_multiset_stores_bits_and_reads_counts_stored_before() {
-        let store = MemoryStateBackend::default();
-        let mut stored_before = WriteBatch::default();
-        stored_before
-            .puts
-            .push((b"ka".to_vec(), GroupState::new(1).encode()));
         // Ten members: two bytes of bits. One entry as i64 counts (an earlier checkpoint).
-        stored_before.puts.push((
-            entry(b"a", b"old"),
-            encode_counts(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
-        ));
-        store.write(stored_before).unwrap();
+        let store = store_with(vec![
+            (b"ka".to_vec(), GroupState::new(1).encode()),
+            (
+                entry(b"a", b"old"),
+                encode_counts(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+            ),
+        ]);
         let mut cache = GroupCache::new(1, usize::MAX);
         cache.state(&store, b"a", || b"ka".to_vec()).unwrap();
         let batch = DistinctBatch {
