@@ -43,17 +43,26 @@ pub(super) fn counts_len(width: usize, seen: bool) -> usize {
     }
 }
 
-/// Appends `counts` to `out` as stored ([`counts_len`]; as bits, a count above zero is set).
+/// Appends `counts` to `out` as stored ([`write_counts`]).
 pub(super) fn encode_counts(counts: &[i64], seen: bool, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + counts_len(counts.len(), seen), 0);
+    write_counts(counts, seen, &mut out[start..]);
+}
+
+/// Writes `counts` over `out` ([`counts_len`] bytes) as stored: i64s, or as bits, a count
+/// above zero set.
+pub(super) fn write_counts(counts: &[i64], seen: bool, out: &mut [u8]) {
     if !seen {
-        out.extend(counts.iter().flat_map(|c| c.to_le_bytes()));
+        for (to, c) in out.chunks_exact_mut(8).zip(counts) {
+            to.copy_from_slice(&c.to_le_bytes());
+        }
         return;
     }
-    let start = out.len();
-    out.resize(start + counts.len().div_ceil(8), 0);
+    out.fill(0);
     for (m, c) in counts.iter().enumerate() {
         if *c > 0 {
-            out[start + m / 8] |= 1 << (m % 8);
+            out[m / 8] |= 1 << (m % 8);
         }
     }
 }

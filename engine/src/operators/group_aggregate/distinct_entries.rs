@@ -12,7 +12,7 @@
 use ahash::RandomState;
 use hashbrown::HashTable;
 
-use super::distinct::{counts_len, decode_counts_into, encode_counts};
+use super::distinct::{counts_len, decode_counts_into, encode_counts, write_counts};
 use crate::error::{EngineError, Result};
 
 /// Bytes before the counts: the flags and the number of counts.
@@ -87,22 +87,7 @@ fn apply_to(
     if became_dirty {
         entry[0] |= DIRTY;
     }
-    match seen {
-        true => {
-            let bits = &mut entry[HEADER..end];
-            bits.fill(0);
-            for (m, c) in scratch.iter().enumerate() {
-                if *c > 0 {
-                    bits[m / 8] |= 1 << (m % 8);
-                }
-            }
-        }
-        false => {
-            for (to, c) in entry[HEADER..end].chunks_exact_mut(8).zip(scratch.iter()) {
-                to.copy_from_slice(&c.to_le_bytes());
-            }
-        }
-    }
+    write_counts(scratch, seen, &mut entry[HEADER..end]);
     became_dirty
 }
 
