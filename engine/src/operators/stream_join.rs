@@ -47,8 +47,8 @@ use crate::state::ttl::now_ms;
 use crate::state::{copy_routed, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch};
 use cache::SideCache;
 use state::{
-    convert_earlier, key_of, key_prefix, numbered, row_prefix, seq_entry, stored_seq, Entry,
-    SEQ_TAG, SIDE_TAGS,
+    convert_earlier, key_of, key_prefix, numbered, row_prefix, run_entry, seq_entry, stored_seq,
+    Entry, SEQ_TAG, SIDE_TAGS,
 };
 
 /// Candidate pairs whose ON condition is evaluated in one go.
@@ -115,6 +115,15 @@ impl StreamJoinSpec {
         )
     }
 
+    /// Whether `side` keeps each batch's rows of a key as one run (see [`state`]): its rows
+    /// are never retracted (an append-only input) nor counted (`matches` is kept only for a
+    /// side an outer join preserves or a semi or anti join emits).
+    fn appends_runs(&self, side: usize) -> bool {
+        !self.side(side).updating
+            && !self.preserves(side)
+            && self.emitted().is_none_or(|(out, _)| out != side)
+    }
+
     /// The side a semi or anti join emits, and whether it is a semi join.
     fn emitted(&self) -> Option<(usize, bool)> {
         match self.kind {
@@ -177,9 +186,11 @@ impl OperatorFactory for StreamJoinSpec {
                 next_seq = next_seq.max(stored_seq(old.as_ref(), &seq_key)?);
             }
             let store = task.state.store()?;
-            let converted = convert_earlier(&task.state, store.as_ref(), next_seq)?;
-            if converted != next_seq {
-                next_seq = converted;
+            next_seq = convert_earlier(&task.state, store.as_ref(), next_seq)?;
+            // Written at once, not with the next batch that takes numbers: after a rescale
+            // the copied rows are in the new store without it, and a checkpoint taken
+            // before that batch would restore numbering from 0, over the copied rows'.
+            if next_seq > 0 {
                 let mut writes = WriteBatch::default();
                 writes.puts.push(seq_entry(&seq_key, next_seq));
                 store.write(writes)?;
@@ -292,7 +303,7 @@ impl StreamJoinOperator {
                         EngineError::Internal("join key neither cached nor read".into())
                     })?;
                     for (k, v) in stored {
-                        entries.push(Entry::stored(k, v)?);
+                        Entry::read_into(k, v, &mut entries)?;
                     }
                     true
                 }
@@ -457,6 +468,36 @@ impl StreamJoinOperator {
         emits
     }
 
+    /// Writes the batch's rows of a side of runs: one run per join key, in order of first
+    /// appearance, the rows in batch order (rows with a NULL key never match: not kept).
+    fn write_runs(
+        &mut self,
+        side: usize,
+        key_rows: &Rows,
+        rows: &Rows,
+        null_key: &[bool],
+        writes: &mut WriteBatch,
+    ) {
+        let mut of_key: HashMap<&[u8], usize> = HashMap::default();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for r in (0..null_key.len()).filter(|&r| !null_key[r]) {
+            let next = groups.len();
+            let g = *of_key.entry(key_rows.row(r).data()).or_insert(next);
+            if g == next {
+                groups.push(Vec::new());
+            }
+            groups[g].push(r);
+        }
+        for group in &groups {
+            let key = key_rows.row(group[0]).data();
+            let members = group.iter().map(|&r| rows.row(r).data());
+            writes
+                .puts
+                .push(run_entry(&self.handles[side], key, self.next_seq, members));
+            self.next_seq += 1;
+        }
+    }
+
     /// With `state_ttl`: drops both sides' rows of the keys not touched for that long
     /// (nothing is emitted).
     fn expire(&mut self, store: &dyn StateBackend, now: u64) -> Result<()> {
@@ -565,10 +606,16 @@ impl Operator for StreamJoinOperator {
         // its row: one inserted earlier in the batch, or a stored one, read by the row's hash.
         let rows = self.rows[side].convert_columns(rel.columns())?;
         let handle = &self.handles[side];
-        // Each row's key prefix (its join key and hash), computed once.
-        let mut prefixes: Vec<Vec<u8>> = (0..n)
-            .map(|r| row_prefix(handle, key_rows.row(r).data(), rows.row(r).data()))
-            .collect();
+        let runs = self.spec.appends_runs(side);
+        // Each row's key prefix (its join key and hash), computed once (a side of runs
+        // writes its rows by key after the batch).
+        let mut prefixes: Vec<Vec<u8>> = if runs {
+            Vec::new()
+        } else {
+            (0..n)
+                .map(|r| row_prefix(handle, key_rows.row(r).data(), rows.row(r).data()))
+                .collect()
+        };
         let mut mine: Vec<Entry> = Vec::with_capacity(n);
         // Per row hash prefix (only when the batch retracts): the entries with it, and how
         // many copies each has left as the rows before are applied.
@@ -601,6 +648,11 @@ impl Operator for StreamJoinOperator {
         let first_seq = self.next_seq;
         for (r, &sign) in signs.iter().enumerate() {
             let row = rows.row(r).data();
+            if runs {
+                row_entry.push(mine.len());
+                mine.push(Entry::absent());
+                continue;
+            }
             if sign > 0 {
                 let prefix = std::mem::take(&mut prefixes[r]);
                 if retracts {
@@ -636,11 +688,15 @@ impl Operator for StreamJoinOperator {
         let emits = self.apply(side, &signs, &mut mine, &row_entry, &mut o, &offsets, &list);
 
         let mut writes = WriteBatch::default();
-        for e in mine.into_iter().filter(|e| e.dirty) {
-            e.into_write(&mut writes);
+        if runs {
+            self.write_runs(side, &key_rows, &rows, &null_key, &mut writes);
+        } else {
+            for e in mine.into_iter().filter(|e| e.dirty) {
+                e.into_write(&mut writes)?;
+            }
         }
         for e in o.entries.iter().filter(|e| e.dirty) {
-            e.clone().into_write(&mut writes);
+            e.clone().into_write(&mut writes)?;
         }
         if self.next_seq != first_seq {
             writes.puts.push(seq_entry(&self.seq_key, self.next_seq));

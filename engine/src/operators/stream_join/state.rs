@@ -19,6 +19,20 @@
 //! other side (with multiplicity) it joins with, kept for the sides whose output depends on it
 //! (the preserved side of an outer join, the emitted side of a semi or anti join).
 //!
+//! A side whose rows are never retracted nor counted (an append-only input that is neither
+//! preserved by an outer join nor emitted by a semi or anti join: q20's bids) keeps each
+//! batch's rows of one key together, as one run:
+//!
+//! ```text
+//! side tag | len(key row): u32 | key row | ff ff ff ff | seq: u64 -> -n: i64, 0: i64, (len: u32, row)*n
+//! ```
+//!
+//! one store entry per key and batch instead of one per row (q20's bids go to a few hot
+//! auctions: a batch's thousands of rows make a few dozen entries, so the memtable inserts,
+//! and flush's and compaction's work per key, are that much fewer). Read back, a run is one
+//! entry per row, each with one copy and no matches, as a row stored on its own; such an
+//! entry is never changed (nothing retracts or counts it), and writing it back is refused.
+//!
 //! The next sequence number is stored beside the sides ([`SEQ_TAG`]), written with every
 //! batch that takes numbers: a restore goes on from it (from the largest of the old
 //! instances' after a rescale; a key's rows all come from one old instance, so numbers
@@ -52,19 +66,23 @@ pub(super) struct Entry {
     pub dirty: bool,
     /// In the store (else made by the current batch: nothing to delete if it ends empty).
     pub stored: bool,
+    /// One row of a stored run (shares its key with the run's other rows).
+    pub run: bool,
 }
 
 /// Bytes of a value before its row.
 const HEADER: usize = 16;
 
+/// What stands in a run's key where a row's hash stands in a row's.
+const RUN_MARK: [u8; 4] = [0xff; 4];
+
 impl Entry {
     /// An entry as stored under `key`.
     pub fn stored(key: Vec<u8>, value: Vec<u8>) -> Result<Self> {
-        if value.len() < HEADER {
-            return Err(EngineError::State(format!(
-                "join state entry of {} bytes, expected at least 16",
-                value.len()
-            )));
+        if run_len(&value)?.is_some() {
+            return Err(EngineError::State(
+                "join state holds a run of rows where one row was expected".into(),
+            ));
         }
         let at = |i: usize| {
             let mut b = [0u8; 8];
@@ -78,7 +96,34 @@ impl Entry {
             value,
             dirty: false,
             stored: true,
+            run: false,
         })
+    }
+
+    /// The rows stored under `key`: one entry, or one per row of a run.
+    pub fn read_into(key: Vec<u8>, value: Vec<u8>, out: &mut Vec<Entry>) -> Result<()> {
+        let Some(n) = run_len(&value)? else {
+            out.push(Self::stored(key, value)?);
+            return Ok(());
+        };
+        let bad = || EngineError::State(format!("join state run of {n} rows is malformed"));
+        let mut at = HEADER;
+        for _ in 0..n {
+            let len: [u8; 4] = value
+                .get(at..at + 4)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(bad)?;
+            let len = u32::from_le_bytes(len) as usize;
+            let row = value.get(at + 4..at + 4 + len).ok_or_else(bad)?;
+            let mut e = Self::inserted(key.clone(), row);
+            (e.count, e.stored, e.run) = (1, true, true);
+            out.push(e);
+            at += 4 + len;
+        }
+        if at != value.len() {
+            return Err(bad());
+        }
+        Ok(())
     }
 
     /// A row inserted by the current batch, under a key of its own: no copies yet.
@@ -93,6 +138,7 @@ impl Entry {
             matches: 0,
             dirty: false,
             stored: false,
+            run: false,
         }
     }
 
@@ -111,8 +157,14 @@ impl Entry {
         self.key.len() + self.value.len()
     }
 
-    /// Adds the entry's write (after the batch changed it) to `writes`, moving its bytes.
-    pub fn into_write(mut self, writes: &mut WriteBatch) {
+    /// Adds the entry's write (after the batch changed it) to `writes`, moving its bytes. A
+    /// row of a run cannot be written alone (it would replace the run).
+    pub fn into_write(mut self, writes: &mut WriteBatch) -> Result<()> {
+        if self.run {
+            return Err(EngineError::Internal(
+                "a row of a stored join run was changed".into(),
+            ));
+        }
         if self.count > 0 {
             self.value[..8].copy_from_slice(&self.count.to_le_bytes());
             self.value[8..HEADER].copy_from_slice(&self.matches.to_le_bytes());
@@ -121,7 +173,50 @@ impl Entry {
             let end = just_after(&self.key);
             writes.delete_ranges.push((self.key, end));
         }
+        Ok(())
     }
+}
+
+/// The number of rows of a stored value that is a run, `None` if it is one row's.
+fn run_len(value: &[u8]) -> Result<Option<usize>> {
+    let count: [u8; 8] = value
+        .get(..8)
+        .filter(|_| value.len() >= HEADER)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| {
+            EngineError::State(format!(
+                "join state entry of {} bytes, expected at least 16",
+                value.len()
+            ))
+        })?;
+    let count = i64::from_le_bytes(count);
+    Ok((count < 0).then(|| count.unsigned_abs() as usize))
+}
+
+/// The store entry of `rows`, the batch's rows of join key `key` on `handle`'s side, as one
+/// run numbered `seq`.
+pub(super) fn run_entry<'a>(
+    handle: &StateHandle,
+    key: &[u8],
+    seq: u64,
+    rows: impl ExactSizeIterator<Item = &'a [u8]> + Clone,
+) -> (Vec<u8>, Vec<u8>) {
+    let k = handle.key_of_parts(&[
+        &(key.len() as u32).to_be_bytes(),
+        key,
+        &RUN_MARK,
+        &seq.to_be_bytes(),
+    ]);
+    let n = rows.len();
+    let bytes: usize = rows.clone().map(|r| 4 + r.len()).sum();
+    let mut v = Vec::with_capacity(HEADER + bytes);
+    v.extend_from_slice(&(-(n as i64)).to_le_bytes());
+    v.extend_from_slice(&0i64.to_le_bytes());
+    for r in rows {
+        v.extend_from_slice(&(r.len() as u32).to_le_bytes());
+        v.extend_from_slice(r);
+    }
+    (k, v)
 }
 
 /// The store key prefix of `key`'s rows on the side of `handle`.
@@ -217,7 +312,7 @@ pub(super) fn convert_earlier(
                 let mut e = Entry::stored(entry_key(&handle, key, row, next_seq), value)?;
                 next_seq += 1;
                 e.stored = false;
-                e.into_write(&mut writes);
+                e.into_write(&mut writes)?;
             }
             writes.delete_ranges.push((start, next.clone()));
             store.write(writes)?;
@@ -251,7 +346,7 @@ mod tests {
         let mut e = Entry::inserted(k.clone(), b"row");
         (e.count, e.matches) = (3, -1);
         let mut writes = WriteBatch::default();
-        e.into_write(&mut writes);
+        e.into_write(&mut writes).unwrap();
         let (key, value) = writes.puts.pop().unwrap();
         let back = Entry::stored(key, value).unwrap();
         assert_eq!((back.count, back.matches, back.row()), (3, -1, &b"row"[..]));
@@ -259,13 +354,63 @@ mod tests {
         assert!(Entry::stored(vec![], vec![0u8; 15]).is_err());
         // An entry that ends empty is deleted if stored, else not written at all.
         let mut writes = WriteBatch::default();
-        Entry::inserted(k.clone(), b"row").into_write(&mut writes);
+        Entry::inserted(k.clone(), b"row")
+            .into_write(&mut writes)
+            .unwrap();
         assert!(writes.puts.is_empty() && writes.delete_ranges.is_empty());
         let mut gone = back.clone();
         gone.count = 0;
-        gone.into_write(&mut writes);
+        gone.into_write(&mut writes).unwrap();
         assert_eq!(writes.delete_ranges, vec![(k.clone(), just_after(&k))]);
         assert!(key_of(&[0, 0, 0, 9, 1]).is_err());
+    }
+
+    #[test]
+    fn a_run_reads_back_as_its_rows_and_is_never_written_alone() {
+        let handle = StateHandle::in_memory().sub(b'R');
+        let rows: [&[u8]; 3] = [b"first", b"", b"third row"];
+        let (k, v) = run_entry(&handle, &[7, 7], 42, rows.iter().copied());
+        let prefix = key_prefix(&handle, &[7, 7]);
+        assert!(
+            prefix < k && k < prefix_end(&prefix),
+            "the run is in its key's range"
+        );
+        assert_eq!(key_of(&k[handle.prefix_len()..]).unwrap(), &[7u8, 7][..]);
+        let mut out = Vec::new();
+        // A row stored alone before it: both forms read in one list.
+        let single = Entry::inserted(entry_key(&handle, &[7, 7], b"alone", 1), b"alone");
+        let mut single = single;
+        single.count = 2;
+        let mut writes = WriteBatch::default();
+        single.into_write(&mut writes).unwrap();
+        let (sk, sv) = writes.puts.pop().unwrap();
+        Entry::read_into(sk, sv, &mut out).unwrap();
+        Entry::read_into(k.clone(), v.clone(), &mut out).unwrap();
+        let got: Vec<_> = out
+            .iter()
+            .map(|e| (e.row().to_vec(), e.count, e.matches, e.run, e.stored))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (b"alone".to_vec(), 2, 0, false, true),
+                (b"first".to_vec(), 1, 0, true, true),
+                (b"".to_vec(), 1, 0, true, true),
+                (b"third row".to_vec(), 1, 0, true, true),
+            ]
+        );
+        assert!(out[1..].iter().all(|e| e.key == k));
+        // Where one row is expected, a run is refused, and so is writing one of its rows.
+        assert!(Entry::stored(k.clone(), v.clone()).is_err());
+        let mut writes = WriteBatch::default();
+        let mut changed = out.pop().unwrap();
+        changed.matches = 1;
+        assert!(changed.into_write(&mut writes).is_err());
+        assert!(writes.puts.is_empty() && writes.delete_ranges.is_empty());
+        // Truncated or overlong runs are errors, not fewer rows.
+        for bad in [&v[..v.len() - 1], &[v.as_slice(), &[0]].concat()[..]] {
+            assert!(Entry::read_into(k.clone(), bad.to_vec(), &mut out).is_err());
+        }
     }
 
     #[test]

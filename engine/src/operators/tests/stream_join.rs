@@ -221,7 +221,8 @@ fn apply(table: &mut BTreeMap<Vec<String>, i64>, batches: &[RecordBatch], updati
 }
 
 /// Runs random changes through a `kind` join at `parallelism`, restoring before the steps of
-/// `restarts` at the parallelism given, and checks the applied changelog after every step.
+/// `restarts` at the parallelism given (in turn, where a step is listed more than once), and
+/// checks the applied changelog after every step.
 fn check(
     kind: JoinKind,
     filtered: bool,
@@ -236,7 +237,7 @@ fn check(
     let mut live: [Vec<Row>; 2] = [Vec::new(), Vec::new()];
     let out_updating = StreamJoinSpec::updates(kind, updating, updating);
     for (i, (side, step)) in changes(seed, 50, updating).iter().enumerate() {
-        if let Some(&(_, p)) = restarts.iter().find(|(at, _)| *at == i) {
+        for &(_, p) in restarts.iter().filter(|(at, _)| *at == i) {
             let checkpoint = h.barrier().unwrap();
             apply(&mut table, &h.take_output(), out_updating);
             h = op.restore(&checkpoint, p).unwrap();
@@ -304,6 +305,21 @@ fn join_state_restores_at_other_parallelisms() {
             &[(10, 2), (20, 2), (30, 1), (40, 1)],
         );
     }
+    // Append-only inputs: the sides whose rows are kept as runs restore alike. Restored
+    // twice before a step, the second checkpoint is taken before any row takes a number: a
+    // rescaled instance must have stored the numbering it goes on from (else the rows
+    // inserted next would be numbered over the copied ones and replace them).
+    for kind in KINDS {
+        check(
+            kind,
+            true,
+            false,
+            24,
+            2,
+            &[(15, 3), (15, 1), (30, 3), (30, 2)],
+        );
+    }
+    check(JoinKind::Inner, false, true, 25, 2, &[(20, 3), (20, 2)]);
 }
 
 #[test]
