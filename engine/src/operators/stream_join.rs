@@ -251,6 +251,8 @@ struct Other {
     /// Each distinct key once: an input row with it, its range of `entries`, and whether
     /// they were read from the store (not the cache).
     keys: Vec<(usize, (usize, usize), bool)>,
+    /// For each input row, its key's index in `keys` (none for a NULL key).
+    key_index: Vec<Option<usize>>,
 }
 
 impl StreamJoinOperator {
@@ -328,6 +330,7 @@ impl StreamJoinOperator {
             batch,
             ranges,
             keys,
+            key_index: of_row,
         })
     }
 
@@ -468,25 +471,22 @@ impl StreamJoinOperator {
         emits
     }
 
-    /// Writes the batch's rows of a side of runs: one run per join key, in order of first
-    /// appearance, the rows in batch order (rows with a NULL key never match: not kept).
+    /// Writes the batch's rows of a side of runs: one run per join key (grouped as
+    /// [`Self::other_rows`] found the batch's keys), the rows in batch order (rows with a
+    /// NULL key never match: not kept).
     fn write_runs(
         &mut self,
         side: usize,
         key_rows: &Rows,
         rows: &Rows,
-        null_key: &[bool],
+        o: &Other,
         writes: &mut WriteBatch,
     ) {
-        let mut of_key: HashMap<&[u8], usize> = HashMap::default();
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for r in (0..null_key.len()).filter(|&r| !null_key[r]) {
-            let next = groups.len();
-            let g = *of_key.entry(key_rows.row(r).data()).or_insert(next);
-            if g == next {
-                groups.push(Vec::new());
+        let mut groups: Vec<Vec<usize>> = vec![Vec::new(); o.keys.len()];
+        for (r, d) in o.key_index.iter().enumerate() {
+            if let Some(d) = d {
+                groups[*d].push(r);
             }
-            groups[g].push(r);
         }
         for group in &groups {
             let key = key_rows.row(group[0]).data();
@@ -689,7 +689,7 @@ impl Operator for StreamJoinOperator {
 
         let mut writes = WriteBatch::default();
         if runs {
-            self.write_runs(side, &key_rows, &rows, &null_key, &mut writes);
+            self.write_runs(side, &key_rows, &rows, &o, &mut writes);
         } else {
             for e in mine.into_iter().filter(|e| e.dirty) {
                 e.into_write(&mut writes)?;
