@@ -7,8 +7,10 @@
 //! - state: every live row of both sides, in the task's store by join key ([`state`] has the
 //!   layout), written through after each batch. A batch of one side reads the other side's
 //!   rows of its keys with one scan per key, or from the [`cache`] of recently probed keys
-//!   (within the task's share of `memory_budget`). Restored in place, or at another
-//!   parallelism by copying the rows whose key routes to this instance.
+//!   (within the task's share of `memory_budget`); a key the side's [`filter`] rules out
+//!   (never held) is neither read nor cached. Restored in place, or at another parallelism by
+//!   copying the rows whose key routes to this instance; a restored side's filter is read
+//!   back from its keys when the side is first probed.
 //! - output: for each row added to (taken from) one side, a `+I` (`-D`) of it joined with
 //!   every matching row of the other side (passing the ON condition's non-equality part).
 //!   An outer join pads a preserved row without matches with NULLs, and replaces that padded
@@ -24,6 +26,7 @@
 //!   input nothing is left to emit.
 
 mod cache;
+mod filter;
 mod state;
 
 use datafusion::common::HashMap;
@@ -46,6 +49,7 @@ use crate::operators::JoinKind;
 use crate::state::ttl::now_ms;
 use crate::state::{copy_routed, prefix_end, KeyExpiry, StateBackend, StateHandle, WriteBatch};
 use cache::SideCache;
+use filter::KeyFilter;
 use state::{
     convert_earlier, key_of, key_prefix, numbered, row_prefix, run_entry, seq_entry, stored_seq,
     Entry, SEQ_TAG, SIDE_TAGS,
@@ -166,7 +170,10 @@ impl OperatorFactory for StreamJoinSpec {
         let handles = [task.state.sub(SIDE_TAGS[0]), task.state.sub(SIDE_TAGS[1])];
         let seq_key = task.state.sub(SEQ_TAG).key(&[]);
         let mut next_seq = 0;
+        // A restored side's keys are read back into its filter when it is first probed.
+        let mut filters = [KeyFilter::empty(), KeyFilter::empty()];
         if let Some(restore) = task.state.restore() {
+            filters = [KeyFilter::unknown(), KeyFilter::unknown()];
             if let Some((instance, parallelism)) = restore.repartition {
                 // Both sides' rows (and the expiry entries) route by their join key; the
                 // sequence number is every instance's.
@@ -206,6 +213,7 @@ impl OperatorFactory for StreamJoinSpec {
         let cache = || SideCache::new(task.state.memory_budget() / 2);
         Ok(Box::new(StreamJoinOperator {
             caches: [cache(), cache()],
+            filters,
             expiry: self.state_ttl.map(|ttl| KeyExpiry::new(&task.state, ttl)),
             spec: self.clone(),
             rows: [rows(&self.left.schema)?, rows(&self.right.schema)?],
@@ -235,6 +243,8 @@ pub struct StreamJoinOperator {
     expiry: Option<KeyExpiry>,
     /// Per side: the rows of recently probed keys.
     caches: [SideCache; 2],
+    /// Per side: which keys its store may hold.
+    filters: [KeyFilter; 2],
 }
 
 /// One output row: the input row (of the batch's side), the stored row of the other side
@@ -260,6 +270,7 @@ impl StreamJoinOperator {
     fn other_rows(
         &self,
         cache: &mut SideCache,
+        filter: &KeyFilter,
         other: usize,
         key_rows: &Rows,
         null_key: &[bool],
@@ -282,7 +293,7 @@ impl StreamJoinOperator {
             let d = *seen.entry(key).or_insert(next);
             if d == next {
                 distinct.push(r);
-                if cache.get(key).is_none() {
+                if filter.may_hold(key) && cache.get(key).is_none() {
                     let prefix = key_prefix(handle, key);
                     let end = prefix_end(&prefix);
                     to_read.push((prefix, end));
@@ -295,7 +306,13 @@ impl StreamJoinOperator {
         let mut keys = Vec::with_capacity(distinct.len());
         for &r in &distinct {
             let start = entries.len();
-            let fresh = match cache.get(key_rows.row(r).data()) {
+            let key = key_rows.row(r).data();
+            if !filter.may_hold(key) {
+                // Never held: no rows, nothing read and nothing to cache.
+                keys.push((r, (start, start), false));
+                continue;
+            }
+            let fresh = match cache.get(key) {
                 Some(cached) => {
                     entries.extend_from_slice(cached);
                     false
@@ -596,8 +613,18 @@ impl Operator for StreamJoinOperator {
         let null_key: Vec<bool> = (0..n)
             .map(|r| key_columns.iter().any(|c| c.is_null(r)))
             .collect();
+        if self.filters[other].needs_rebuild() {
+            self.filters[other].rebuild(&self.handles[other], store.as_ref())?;
+        }
         let mut cache = std::mem::take(&mut self.caches[other]);
-        let mut o = self.other_rows(&mut cache, other, &key_rows, &null_key, store.as_ref())?;
+        let mut o = self.other_rows(
+            &mut cache,
+            &self.filters[other],
+            other,
+            &key_rows,
+            &null_key,
+            store.as_ref(),
+        )?;
         let (offsets, list) = self.matches(side, &rel, &o)?;
 
         // This side's entries of the batch's rows. An inserted row is a new entry under a
@@ -708,6 +735,10 @@ impl Operator for StreamJoinOperator {
             expiry.touch(store.as_ref(), touched, now, &mut writes)?;
         }
         store.write(writes)?;
+        let filter = &mut self.filters[side];
+        for r in (0..n).filter(|&r| !null_key[r] && signs[r] > 0) {
+            filter.insert(key_rows.row(r).data());
+        }
         // The other side's keys read by this batch are exact in `o` (after the batch's
         // changes); this side's keys changed without being read whole are not.
         for &(r, (start, end), fresh) in &o.keys {
