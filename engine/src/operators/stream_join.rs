@@ -277,57 +277,55 @@ impl StreamJoinOperator {
         store: &dyn StateBackend,
     ) -> Result<Other> {
         let handle = &self.handles[other];
-        // Each distinct key once (its first row), in order; those not cached are read from
-        // the store together, through one iterator.
+        // Each distinct key once (its first row), in order, asked once of the filter and the
+        // cache; the keys neither rules out are read from the store together, through one
+        // iterator. A key's entries are one range of `entries` (in no particular order of keys).
         let mut seen: HashMap<&[u8], usize> = HashMap::default();
-        let mut distinct: Vec<usize> = Vec::new();
         let mut of_row: Vec<Option<usize>> = Vec::with_capacity(null_key.len());
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut keys: Vec<(usize, (usize, usize), bool)> = Vec::new();
         let mut to_read: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut unread: Vec<usize> = Vec::new();
         for (r, &null) in null_key.iter().enumerate() {
             if null {
                 of_row.push(None);
                 continue;
             }
             let key = key_rows.row(r).data();
-            let next = distinct.len();
+            let next = keys.len();
             let d = *seen.entry(key).or_insert(next);
             if d == next {
-                distinct.push(r);
-                if filter.may_hold(key) && cache.get(key).is_none() {
+                let start = entries.len();
+                if !filter.may_hold(key) {
+                    // Never held: no rows, nothing read and nothing to cache.
+                    keys.push((r, (start, start), false));
+                } else if let Some(cached) = cache.get(key) {
+                    entries.extend_from_slice(cached);
+                    keys.push((r, (start, entries.len()), false));
+                } else {
                     let prefix = key_prefix(handle, key);
                     let end = prefix_end(&prefix);
                     to_read.push((prefix, end));
+                    unread.push(d);
+                    keys.push((r, (start, start), true));
                 }
             }
             of_row.push(Some(d));
         }
-        let mut read = store.scan_each(&to_read, usize::MAX)?.into_iter();
-        let mut entries: Vec<Entry> = Vec::new();
-        let mut keys = Vec::with_capacity(distinct.len());
-        for &r in &distinct {
+        let read = store.scan_each(&to_read, usize::MAX)?;
+        if read.len() != unread.len() {
+            return Err(EngineError::Internal(format!(
+                "join read {} key ranges of {}",
+                read.len(),
+                unread.len()
+            )));
+        }
+        for (d, stored) in unread.into_iter().zip(read) {
             let start = entries.len();
-            let key = key_rows.row(r).data();
-            if !filter.may_hold(key) {
-                // Never held: no rows, nothing read and nothing to cache.
-                keys.push((r, (start, start), false));
-                continue;
+            for (k, v) in stored {
+                Entry::read_into(k, v, &mut entries)?;
             }
-            let fresh = match cache.get(key) {
-                Some(cached) => {
-                    entries.extend_from_slice(cached);
-                    false
-                }
-                None => {
-                    let stored = read.next().ok_or_else(|| {
-                        EngineError::Internal("join key neither cached nor read".into())
-                    })?;
-                    for (k, v) in stored {
-                        Entry::read_into(k, v, &mut entries)?;
-                    }
-                    true
-                }
-            };
-            keys.push((r, (start, entries.len()), fresh));
+            keys[d].1 = (start, entries.len());
         }
         let ranges = of_row
             .iter()
