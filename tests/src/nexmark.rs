@@ -43,14 +43,18 @@ fn nanos(ms: u64) -> i64 {
 }
 
 /// A table in batches of 8,192 rows, as weir's source makes them.
-fn table(fields: Vec<Field>, columns: Vec<ArrayRef>) -> Result<Arc<MemTable>> {
+fn table(
+    fields: Vec<Field>,
+    rows: usize,
+    columns: impl Fn(std::ops::Range<usize>) -> Vec<ArrayRef>,
+) -> Result<Arc<MemTable>> {
+    // Built batch by batch: one array of every row's strings would pass 2 GiB of offsets
+    // (a Utf8 column's limit) at tens of millions of events.
     let schema = Arc::new(Schema::new(fields));
-    let rows = columns.first().map_or(0, |c| c.len());
-    let batch = RecordBatch::try_new(Arc::clone(&schema), columns)?;
-    let parts: Vec<RecordBatch> = (0..rows)
+    let parts = (0..rows)
         .step_by(8192)
-        .map(|o| batch.slice(o, 8192.min(rows - o)))
-        .collect();
+        .map(|o| RecordBatch::try_new(Arc::clone(&schema), columns(o..rows.min(o + 8192))))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     Ok(Arc::new(MemTable::try_new(schema, vec![parts])?))
 }
 
@@ -86,15 +90,19 @@ pub fn context(events: u64) -> Result<SessionContext> {
             time("date_time"),
             text("extra"),
         ],
-        vec![
-            ints(bids.iter().map(|b| b.auction as i64).collect()),
-            ints(bids.iter().map(|b| b.bidder as i64).collect()),
-            ints(bids.iter().map(|b| b.price as i64).collect()),
-            texts(bids.iter().map(|b| &b.channel).collect()),
-            texts(bids.iter().map(|b| &b.url).collect()),
-            times(bids.iter().map(|b| b.date_time).collect()),
-            texts(bids.iter().map(|b| &b.extra).collect()),
-        ],
+        bids.len(),
+        |r| {
+            let bids = &bids[r];
+            vec![
+                ints(bids.iter().map(|b| b.auction as i64).collect()),
+                ints(bids.iter().map(|b| b.bidder as i64).collect()),
+                ints(bids.iter().map(|b| b.price as i64).collect()),
+                texts(bids.iter().map(|b| &b.channel).collect()),
+                texts(bids.iter().map(|b| &b.url).collect()),
+                times(bids.iter().map(|b| b.date_time).collect()),
+                texts(bids.iter().map(|b| &b.extra).collect()),
+            ]
+        },
     )?;
     drop(bids);
     let people: Vec<_> = generate(EventType::Person, events)
@@ -115,16 +123,20 @@ pub fn context(events: u64) -> Result<SessionContext> {
             time("date_time"),
             text("extra"),
         ],
-        vec![
-            ints(people.iter().map(|p| p.id as i64).collect()),
-            texts(people.iter().map(|p| &p.name).collect()),
-            texts(people.iter().map(|p| &p.email_address).collect()),
-            texts(people.iter().map(|p| &p.credit_card).collect()),
-            texts(people.iter().map(|p| &p.city).collect()),
-            texts(people.iter().map(|p| &p.state).collect()),
-            times(people.iter().map(|p| p.date_time).collect()),
-            texts(people.iter().map(|p| &p.extra).collect()),
-        ],
+        people.len(),
+        |r| {
+            let people = &people[r];
+            vec![
+                ints(people.iter().map(|p| p.id as i64).collect()),
+                texts(people.iter().map(|p| &p.name).collect()),
+                texts(people.iter().map(|p| &p.email_address).collect()),
+                texts(people.iter().map(|p| &p.credit_card).collect()),
+                texts(people.iter().map(|p| &p.city).collect()),
+                texts(people.iter().map(|p| &p.state).collect()),
+                times(people.iter().map(|p| p.date_time).collect()),
+                texts(people.iter().map(|p| &p.extra).collect()),
+            ]
+        },
     )?;
     let auctions: Vec<_> = generate(EventType::Auction, events)
         .into_iter()
@@ -146,18 +158,22 @@ pub fn context(events: u64) -> Result<SessionContext> {
             int("category"),
             text("extra"),
         ],
-        vec![
-            ints(auctions.iter().map(|a| a.id as i64).collect()),
-            texts(auctions.iter().map(|a| &a.item_name).collect()),
-            texts(auctions.iter().map(|a| &a.description).collect()),
-            ints(auctions.iter().map(|a| a.initial_bid as i64).collect()),
-            ints(auctions.iter().map(|a| a.reserve as i64).collect()),
-            times(auctions.iter().map(|a| a.date_time).collect()),
-            times(auctions.iter().map(|a| a.expires).collect()),
-            ints(auctions.iter().map(|a| a.seller as i64).collect()),
-            ints(auctions.iter().map(|a| a.category as i64).collect()),
-            texts(auctions.iter().map(|a| &a.extra).collect()),
-        ],
+        auctions.len(),
+        |r| {
+            let auctions = &auctions[r];
+            vec![
+                ints(auctions.iter().map(|a| a.id as i64).collect()),
+                texts(auctions.iter().map(|a| &a.item_name).collect()),
+                texts(auctions.iter().map(|a| &a.description).collect()),
+                ints(auctions.iter().map(|a| a.initial_bid as i64).collect()),
+                ints(auctions.iter().map(|a| a.reserve as i64).collect()),
+                times(auctions.iter().map(|a| a.date_time).collect()),
+                times(auctions.iter().map(|a| a.expires).collect()),
+                ints(auctions.iter().map(|a| a.seller as i64).collect()),
+                ints(auctions.iter().map(|a| a.category as i64).collect()),
+                texts(auctions.iter().map(|a| &a.extra).collect()),
+            ]
+        },
     )?;
     ctx.register_table("bid", bid)?;
     ctx.register_table("person", person)?;
