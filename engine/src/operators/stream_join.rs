@@ -6,9 +6,10 @@
 //!   updating (`+I`/`+U` add a row, `-U`/`-D` take one away).
 //! - state: every live row of both sides, in the task's store by join key ([`state`] has the
 //!   layout), written through after each batch. A batch of one side reads the other side's
-//!   rows of its keys with one scan per key, or from the [`cache`] of recently probed keys
-//!   (within the task's share of `memory_budget`); a key the side's [`filter`] rules out
-//!   (never held) is neither read nor cached. Restored in place, or at another parallelism by
+//!   rows of its keys with one scan per key, or from the [`cache`] of recently probed keys;
+//!   a key the side's [`filter`] rules out (never held) is neither read nor cached. Each
+//!   side's cache and filter together stay within half of the task's share of
+//!   `memory_budget` (the cache gets what the filter leaves). Restored in place, or at another parallelism by
 //!   copying the rows whose key routes to this instance; a restored side's filter is read
 //!   back from its keys when the side is first probed.
 //! - output: for each row added to (taken from) one side, a `+I` (`-D`) of it joined with
@@ -209,10 +210,12 @@ impl OperatorFactory for StreamJoinSpec {
         } else {
             relation
         };
-        // The two sides' caches share the task's part of the budget.
-        let cache = || SideCache::new(task.state.memory_budget() / 2);
+        // Each side's cache and filter share half of the task's part of the budget.
+        let side_budget = task.state.memory_budget() / 2;
+        let cache = |f: &KeyFilter| SideCache::new(side_budget.saturating_sub(f.bytes()));
         Ok(Box::new(StreamJoinOperator {
-            caches: [cache(), cache()],
+            caches: [cache(&filters[0]), cache(&filters[1])],
+            side_budget,
             filters,
             expiry: self.state_ttl.map(|ttl| KeyExpiry::new(&task.state, ttl)),
             spec: self.clone(),
@@ -245,6 +248,8 @@ pub struct StreamJoinOperator {
     caches: [SideCache; 2],
     /// Per side: which keys its store may hold.
     filters: [KeyFilter; 2],
+    /// Bytes each side's cache and filter may hold together.
+    side_budget: usize,
 }
 
 /// One output row: the input row (of the batch's side), the stored row of the other side
@@ -613,6 +618,8 @@ impl Operator for StreamJoinOperator {
             .collect();
         if self.filters[other].needs_rebuild() {
             self.filters[other].rebuild(&self.handles[other], store.as_ref())?;
+            let left = self.side_budget.saturating_sub(self.filters[other].bytes());
+            self.caches[other].set_budget(left);
         }
         let mut cache = std::mem::take(&mut self.caches[other]);
         let mut o = self.other_rows(

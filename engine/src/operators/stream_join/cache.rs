@@ -51,6 +51,14 @@ impl SideCache {
         }
     }
 
+    /// Keeps at most about `budget` bytes from now on (dropping keys if past it).
+    pub fn set_budget(&mut self, budget: usize) {
+        self.budget = budget;
+        if self.bytes > self.budget {
+            self.evict();
+        }
+    }
+
     /// The rows of `key`, if cached.
     pub fn get(&mut self, key: &[u8]) -> Option<&[Entry]> {
         self.clock += 1;
@@ -179,6 +187,10 @@ mod tests {
         }
         assert!(c.get(b"kx").is_some());
         assert!(c.get(&[b'k', 3]).is_none());
+        // A smaller budget (the side's filter grew) drops the least recent keys at once.
+        c.set_budget(4 * one);
+        assert!(c.bytes() <= 2 * one, "{} > {}", c.bytes(), 2 * one);
+        assert!(c.get(b"kx").is_some() && c.get(&[b'k', 0]).is_none());
         // A budget of zero keeps nothing.
         let mut none = SideCache::new(0);
         none.put(b"k", [entry(b"row", 1)].iter());

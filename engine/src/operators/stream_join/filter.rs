@@ -125,8 +125,7 @@ impl KeyFilter {
     }
 
     /// Bytes the filter keeps.
-    #[cfg(test)]
-    fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.blocks.len() * std::mem::size_of::<Block>()
     }
 
