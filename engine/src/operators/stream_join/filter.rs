@@ -78,10 +78,15 @@ impl KeyFilter {
 
     /// Notes that the store holds `key`.
     pub fn insert(&mut self, key: &[u8]) {
+        self.insert_hash(self.hasher.hash_one(key));
+    }
+
+    /// Notes that the store holds the key whose hash is `h`.
+    fn insert_hash(&mut self, h: u64) {
         if !self.complete {
             return;
         }
-        let (block, bits) = self.place(key);
+        let (block, bits) = self.place_hash(h);
         let block = &mut self.blocks[block];
         for (word, bit) in bits {
             block[word] |= 1u64 << bit;
@@ -102,11 +107,13 @@ impl KeyFilter {
     /// distinct key (the values are not read), sized for twice as many keys as it holds.
     pub fn rebuild(&mut self, handle: &StateHandle, store: &dyn StateBackend) -> Result<()> {
         let (mut from, end) = handle.all();
-        let mut keys: Vec<Vec<u8>> = Vec::new();
+        // The keys' hashes (8 bytes each, whatever the keys' size) until their number is known.
+        let hasher = hasher();
+        let mut keys: Vec<u64> = Vec::new();
         while let Some(stored) = store.first_key(&from, &end)? {
-            let key = key_of(stored.get(handle.prefix_len()..).unwrap_or_default())?.to_vec();
-            from = prefix_end(&key_prefix(handle, &key));
-            keys.push(key);
+            let key = key_of(stored.get(handle.prefix_len()..).unwrap_or_default())?;
+            from = prefix_end(&key_prefix(handle, key));
+            keys.push(hasher.hash_one(key));
         }
         let blocks = (2 * keys.len())
             .div_ceil(KEYS_PER_BLOCK)
@@ -116,10 +123,10 @@ impl KeyFilter {
             blocks: vec![[0; 8]; blocks],
             inserted: 0,
             complete: true,
-            hasher: hasher(),
+            hasher,
         };
-        for key in &keys {
-            self.insert(key);
+        for h in keys {
+            self.insert_hash(h);
         }
         Ok(())
     }
@@ -131,7 +138,11 @@ impl KeyFilter {
 
     /// `key`'s block and its bits in it (word, bit).
     fn place(&self, key: &[u8]) -> (usize, [(usize, u32); PROBES as usize]) {
-        let h = self.hasher.hash_one(key);
+        self.place_hash(self.hasher.hash_one(key))
+    }
+
+    /// The block and bits of the key whose hash is `h`.
+    fn place_hash(&self, h: u64) -> (usize, [(usize, u32); PROBES as usize]) {
         // The block from the high bits (the number of blocks is a power of two), the bits
         // from the low 32 by double hashing.
         let block = ((h >> 32) as usize) & (self.blocks.len() - 1);
