@@ -37,7 +37,14 @@ const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 /// Freed memory goes back to the kernel at once instead of after mimalloc's default 10 ms:
 /// a window firing or spilling frees hundreds of megabytes in bursts, and with the delay
 /// they stayed resident next to the next burst's (peak RSS of a 5 M-key window 1.4x higher).
+/// It costs CPU: every batch's buffers are fresh pages, faulted in, and each free is a
+/// `madvise` (7-23% of the CPU of Nexmark q5, q9, q19 and q20, docs/status.md, Session 47).
+/// Whoever sets mimalloc's own `MIMALLOC_PURGE_DELAY` (e.g. 10, with
+/// `MIMALLOC_ARENA_PURGE_MULT=1`) chooses that trade instead.
 fn return_freed_memory_at_once() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
     // SAFETY: sets a plain integer option; mimalloc reads options atomically.
     unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
 }
