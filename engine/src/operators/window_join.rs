@@ -59,6 +59,19 @@ pub enum JoinKind {
 }
 
 impl JoinKind {
+    /// Every kind (for tests that run them all).
+    #[cfg(test)]
+    pub(crate) const ALL: [JoinKind; 8] = [
+        JoinKind::Inner,
+        JoinKind::Left,
+        JoinKind::Right,
+        JoinKind::Full,
+        JoinKind::LeftSemi,
+        JoinKind::LeftAnti,
+        JoinKind::RightSemi,
+        JoinKind::RightAnti,
+    ];
+
     /// Output holds both sides' columns (otherwise only the semi / anti side's).
     pub fn pairs(self) -> bool {
         matches!(
@@ -549,8 +562,8 @@ mod tests {
         }
     }
 
-    fn run(kind: JoinKind, snapshot_between: bool) -> Vec<(Option<i64>, Option<i64>)> {
-        let task = TaskInfo {
+    fn task() -> TaskInfo {
+        TaskInfo {
             job: "t".into(),
             stage: "join".into(),
             instance: 0,
@@ -558,7 +571,11 @@ mod tests {
             metrics: Arc::new(JobMetrics::default()),
             state: crate::state::StateHandle::in_memory(),
             restored_epoch: 0,
-        };
+        }
+    }
+
+    fn run(kind: JoinKind, snapshot_between: bool) -> Vec<(Option<i64>, Option<i64>)> {
+        let task = task();
         let spec = spec(kind);
         let mut op = spec.create(&task).unwrap();
         let mut out = Output::default();
@@ -652,15 +669,7 @@ mod tests {
         right: RecordBatch,
         snapshot_every: usize,
     ) -> Vec<(Option<i64>, Option<i64>)> {
-        let task = TaskInfo {
-            job: "t".into(),
-            stage: "join".into(),
-            instance: 0,
-            parallelism: 1,
-            metrics: Arc::new(JobMetrics::default()),
-            state: crate::state::StateHandle::in_memory(),
-            restored_epoch: 0,
-        };
+        let task = task();
         let mut op = spec(kind).create(&task).unwrap();
         let mut out = Output::default();
         for (i, b) in left.iter().enumerate() {
@@ -712,16 +721,7 @@ mod tests {
                 &[5, 5, 5, 5],
             )
         };
-        for kind in [
-            JoinKind::Inner,
-            JoinKind::Left,
-            JoinKind::Right,
-            JoinKind::Full,
-            JoinKind::LeftSemi,
-            JoinKind::LeftAnti,
-            JoinKind::RightSemi,
-            JoinKind::RightAnti,
-        ] {
+        for kind in JoinKind::ALL {
             let one = run_batches(kind, std::slice::from_ref(&whole), right(), usize::MAX);
             assert!(!one.is_empty(), "{kind:?}");
             for snapshot_every in [usize::MAX, 7] {

@@ -22,16 +22,7 @@ use crate::operators::{JoinKind, StreamJoinSide, StreamJoinSpec};
 /// `(k, v)`: a NULL key never matches.
 type Row = (Option<i64>, i64);
 
-const KINDS: [JoinKind; 8] = [
-    JoinKind::Inner,
-    JoinKind::Left,
-    JoinKind::Right,
-    JoinKind::Full,
-    JoinKind::LeftSemi,
-    JoinKind::LeftAnti,
-    JoinKind::RightSemi,
-    JoinKind::RightAnti,
-];
+const KINDS: [JoinKind; 8] = JoinKind::ALL;
 
 fn side_schema(prefix: &str, nullable: bool) -> SchemaRef {
     Arc::new(Schema::new(vec![
