@@ -9,9 +9,9 @@
 //!   rows of its keys with one scan per key, or from the [`cache`] of recently probed keys;
 //!   a key the side's [`filter`] rules out (never held) is neither read nor cached. Each
 //!   side's cache and filter together stay within half of the task's share of
-//!   `memory_budget` (the cache gets what the filter leaves). Restored in place, or at another parallelism by
-//!   copying the rows whose key routes to this instance; a restored side's filter is read
-//!   back from its keys when the side is first probed.
+//!   `memory_budget` (the cache gets what the filter leaves). Restored in place, or at
+//!   another parallelism by copying the rows whose key routes to this instance; a restored
+//!   side's filter is read back from its keys when the side is first probed.
 //! - output: for each row added to (taken from) one side, a `+I` (`-D`) of it joined with
 //!   every matching row of the other side (passing the ON condition's non-equality part).
 //!   An outer join pads a preserved row without matches with NULLs, and replaces that padded
