@@ -37,6 +37,7 @@ use crate::error::{PlanError, Result};
 use crate::not_supported;
 
 mod aggregate;
+mod extreme_filter;
 mod interval;
 mod interval_join;
 mod join;

@@ -220,6 +220,132 @@ fn semi_and_anti_joins_and_aggregates_over_a_join() {
     }
 }
 
+/// Rows joined with their own window's MAX or MIN: where the planner chains the extreme filter
+/// (only rows that can carry the extreme cross the exchange) and where it must not (the other
+/// side aggregates other rows, or the join keeps unmatched rows), the result equals batch SQL,
+/// late rows included, at several parallelisms.
+#[test]
+fn joins_with_their_windows_extreme_match_batch_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lref, rref, ddl) = setup(dir.path());
+    let tumble = "TUMBLE(lt, ts, INTERVAL '10' SECOND)";
+    // (weir's query, the reference, whether the filter is planned)
+    let cases = [
+        (
+            // Nexmark q7's shape: the rows carrying their window's maximum.
+            format!(
+                "SELECT l.id, l.k, l.v, l.window_start FROM {tumble} AS l
+                 JOIN (SELECT max(v) AS m, window_start, window_end FROM {tumble}
+                       GROUP BY window_start, window_end) AS x
+                 ON l.window_start = x.window_start AND l.window_end = x.window_end
+                    AND l.v = x.m"
+            ),
+            format!(
+                "WITH w AS {}, x AS (SELECT ws, we, max(v) AS m FROM w GROUP BY ws, we)
+                 SELECT w.id, w.k, w.v, w.ws FROM w JOIN x
+                 ON w.ws = x.ws AND w.we = x.we AND w.v = x.m",
+                windowed("lref")
+            ),
+            true,
+        ),
+        (
+            // Per key, the minimum, as a semi join (EXISTS).
+            format!(
+                "SELECT l.id, l.v, l.window_end FROM {tumble} AS l
+                 WHERE EXISTS (SELECT 1 FROM (SELECT k, min(v) AS m, window_start, window_end
+                                              FROM {tumble} GROUP BY k, window_start, window_end) x
+                   WHERE x.window_start = l.window_start AND x.window_end = l.window_end
+                     AND x.k = l.k AND x.m = l.v)"
+            ),
+            format!(
+                "WITH w AS {}, x AS (SELECT k, ws, we, min(v) AS m FROM w GROUP BY k, ws, we)
+                 SELECT w.id, w.v, w.we FROM w
+                 WHERE EXISTS (SELECT 1 FROM x WHERE x.ws = w.ws AND x.we = w.we AND x.k = w.k
+                               AND x.m = w.v)",
+                windowed("lref")
+            ),
+            true,
+        ),
+        (
+            // The maximum of other rows (v < 250 only): the filter would drop rows that match.
+            format!(
+                "SELECT l.id, l.k, l.v FROM {tumble} AS l
+                 JOIN (SELECT k, max(v) AS m, window_start, window_end FROM {tumble}
+                       WHERE v < 250 GROUP BY k, window_start, window_end) AS x
+                 ON l.window_start = x.window_start AND l.window_end = x.window_end
+                    AND l.k = x.k AND l.v = x.m"
+            ),
+            format!(
+                "WITH w AS {}, x AS (SELECT k, ws, we, max(v) AS m FROM w WHERE v < 250
+                                     GROUP BY k, ws, we)
+                 SELECT w.id, w.k, w.v FROM w JOIN x
+                 ON w.ws = x.ws AND w.we = x.we AND w.k = x.k AND w.v = x.m",
+                windowed("lref")
+            ),
+            false,
+        ),
+        (
+            // Grouped by key but matched on the window only: a row may carry any key's maximum.
+            format!(
+                "SELECT l.id, l.v, x.k FROM {tumble} AS l
+                 JOIN (SELECT k, max(v) AS m, window_start, window_end FROM {tumble}
+                       GROUP BY k, window_start, window_end) AS x
+                 ON l.window_start = x.window_start AND l.window_end = x.window_end
+                    AND l.v = x.m"
+            ),
+            format!(
+                "WITH w AS {}, x AS (SELECT k, ws, we, max(v) AS m FROM w GROUP BY k, ws, we)
+                 SELECT w.id, w.v, x.k FROM w JOIN x ON w.ws = x.ws AND w.we = x.we AND w.v = x.m",
+                windowed("lref")
+            ),
+            false,
+        ),
+        (
+            // A left join keeps the rows without a match.
+            format!(
+                "SELECT l.id, l.v, x.m FROM {tumble} AS l
+                 LEFT JOIN (SELECT max(v) AS m, window_start, window_end FROM {tumble}
+                            GROUP BY window_start, window_end) AS x
+                 ON l.window_start = x.window_start AND l.window_end = x.window_end
+                    AND l.v = x.m"
+            ),
+            format!(
+                "WITH w AS {}, x AS (SELECT ws, we, max(v) AS m FROM w GROUP BY ws, we)
+                 SELECT w.id, w.v, x.m FROM w LEFT JOIN x
+                 ON w.ws = x.ws AND w.we = x.we AND w.v = x.m",
+                windowed("lref")
+            ),
+            false,
+        ),
+    ];
+    for parallelism in [1, 3] {
+        let mut s = session(parallelism);
+        run_ddl(&mut s, &ddl);
+        for (weir_sql, ref_sql, filtered) in &cases {
+            let plan = query_sorted(&mut s, &format!("EXPLAIN {weir_sql}"))
+                .concat()
+                .join("\n");
+            assert_eq!(
+                plan.contains("ExtremeFilter"),
+                *filtered,
+                "{weir_sql}: {plan}"
+            );
+            let expected = reference(&lref, &rref, ref_sql);
+            assert!(expected.len() > 20, "{ref_sql}: {}", expected.len());
+            let got = query_sorted(&mut s, weir_sql);
+            assert_eq!(
+                got.len(),
+                expected.len(),
+                "{weir_sql} at parallelism {parallelism}"
+            );
+            assert!(
+                got == expected,
+                "{weir_sql} at parallelism {parallelism}: rows differ"
+            );
+        }
+    }
+}
+
 #[test]
 fn joins_weir_cannot_run_are_refused_with_a_reason() {
     let mut s = session(1);

@@ -7,6 +7,7 @@
 pub mod calc;
 pub mod changelog_buffer;
 pub mod emit_order;
+pub mod extreme_filter;
 pub mod group_aggregate;
 pub mod interval_join;
 pub mod limit;
@@ -32,6 +33,7 @@ mod tests;
 pub use calc::CalcOperator;
 pub use changelog_buffer::ChangelogBufferSpec;
 pub use emit_order::EmitOrderSpec;
+pub use extreme_filter::{Extreme, ExtremeFilterSpec};
 pub use group_aggregate::{GroupAggregateSpec, UpdatingAggKind, UpdatingAggregate};
 pub use interval_join::{IntervalJoinSpec, IntervalSide, Until};
 pub use limit::LimitSpec;

@@ -86,6 +86,9 @@ impl StreamPlanner<'_> {
             output_schema: arrow_schema(&join.schema),
             description: description(join, &keys),
         };
+        if let Some((side, filter)) = self.extreme_filter(join, kind, &left, &right, &keys) {
+            self.push(if side == 0 { &left } else { &right }, Arc::new(filter));
+        }
         let stage = self.join_stage(&left, &right, &keys, Arc::new(spec));
         Ok(Stream {
             stage,

@@ -4,6 +4,7 @@
 
 mod changelog_buffer;
 mod emit_order;
+mod extreme_filter;
 mod group_aggregate;
 mod interval_join;
 mod interval_join_reach;
