@@ -31,6 +31,25 @@ struct Lineage<'a> {
     filters: Vec<&'a Expr>,
 }
 
+/// One step down from `plan` through an alias or a projection (a plain column reference):
+/// its input and the input's column that `column` is. `None` for other nodes.
+fn step<'a>(plan: &'a LogicalPlan, column: &Column) -> Option<Option<(&'a LogicalPlan, Column)>> {
+    Some(match plan {
+        LogicalPlan::SubqueryAlias(a) => {
+            let i = a.schema.index_of_column(column).ok()?;
+            Some((&a.input, Column::from(a.input.schema().qualified_field(i))))
+        }
+        LogicalPlan::Projection(p) => {
+            let i = p.schema.index_of_column(column).ok()?;
+            let Expr::Column(c) = p.expr.get(i)?.clone().unalias() else {
+                return None;
+            };
+            Some((&p.input, c))
+        }
+        _ => None,
+    })
+}
+
 /// Traces `column` of `plan`'s output through aliases, projections (plain column references)
 /// and filters down to a scan.
 fn lineage<'a>(plan: &'a LogicalPlan, column: &Column) -> Option<Lineage<'a>> {
@@ -38,20 +57,11 @@ fn lineage<'a>(plan: &'a LogicalPlan, column: &Column) -> Option<Lineage<'a>> {
     let mut column = column.clone();
     let mut filters = Vec::new();
     loop {
+        if let Some((input, c)) = step(plan, &column)? {
+            (plan, column) = (input, c);
+            continue;
+        }
         match plan {
-            LogicalPlan::SubqueryAlias(a) => {
-                let i = a.schema.index_of_column(&column).ok()?;
-                column = Column::from(a.input.schema().qualified_field(i));
-                plan = &a.input;
-            }
-            LogicalPlan::Projection(p) => {
-                let i = p.schema.index_of_column(&column).ok()?;
-                let Expr::Column(c) = p.expr.get(i)?.clone().unalias() else {
-                    return None;
-                };
-                column = c;
-                plan = &p.input;
-            }
             LogicalPlan::Filter(f) => {
                 filters.push(&f.predicate);
                 plan = &f.input;
@@ -81,25 +91,14 @@ fn aggregate_of<'a>(
     let mut plan = plan;
     let mut column = column.clone();
     loop {
-        match plan {
-            LogicalPlan::SubqueryAlias(a) => {
-                let i = a.schema.index_of_column(&column).ok()?;
-                column = Column::from(a.input.schema().qualified_field(i));
-                plan = &a.input;
-            }
-            LogicalPlan::Projection(p) => {
-                let i = p.schema.index_of_column(&column).ok()?;
-                let Expr::Column(c) = p.expr.get(i)?.clone().unalias() else {
-                    return None;
-                };
-                column = c;
-                plan = &p.input;
-            }
-            LogicalPlan::Aggregate(agg) => {
-                return Some((agg, agg.schema.index_of_column(&column).ok()?));
-            }
-            _ => return None,
+        if let Some((input, c)) = step(plan, &column)? {
+            (plan, column) = (input, c);
+            continue;
         }
+        let LogicalPlan::Aggregate(agg) = plan else {
+            return None;
+        };
+        return Some((agg, agg.schema.index_of_column(&column).ok()?));
     }
 }
 
