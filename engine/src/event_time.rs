@@ -289,12 +289,30 @@ impl EventTimeAssigner {
         };
         let values = expr.evaluate(batch)?.into_array(batch.num_rows())?;
         let values = timestamps_as_nanos(&values)?;
-        let mut running = self.watermark;
-        for i in 0..values.len() {
-            self.row_watermarks.push(running);
-            if values.is_valid(i) {
-                running = running.max(values.value(i));
+        if self.spec.window.is_none() && self.spec.out_of_bound.is_none() {
+            // Nothing judges rows here: only the watermark after the batch is needed.
+            if let Some(max) = datafusion::arrow::compute::max(&values) {
+                self.watermark = self.watermark.max(max);
             }
+            return Ok(());
+        }
+        let mut running = self.watermark;
+        self.row_watermarks.reserve(values.len());
+        if values.null_count() == 0 {
+            self.row_watermarks
+                .extend(values.values().iter().map(|&value| {
+                    let before = running;
+                    running = running.max(value);
+                    before
+                }));
+        } else {
+            self.row_watermarks.extend(values.iter().map(|value| {
+                let before = running;
+                if let Some(value) = value {
+                    running = running.max(value);
+                }
+                before
+            }));
         }
         self.watermark = running;
         Ok(())

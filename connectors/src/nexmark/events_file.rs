@@ -18,8 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{Array, ArrayData};
 use datafusion::arrow::buffer::Buffer;
+use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::ipc::convert::fb_to_schema;
 use datafusion::arrow::ipc::reader::{read_footer_length, FileDecoder};
 use datafusion::arrow::ipc::writer::FileWriter;
@@ -153,6 +156,87 @@ impl Mapping {
             }
         }
     }
+}
+
+/// What Arrow's full validation checks ([`ArrayData::validate_full`]), on every column of
+/// `batch`: buffer sizes, null counts, offsets and, for text, UTF-8. A text column whose
+/// offsets rise within its values and whose values are all ASCII is valid without checking
+/// each string's bounds for character boundaries (every byte of ASCII is one); others get
+/// Arrow's own check.
+/// With what `RecordBatch::try_new` checks: each column as long as the batch, and no NULL in
+/// a column that cannot hold one. (Each column's type is its field's: it was decoded as it.)
+pub(super) fn validate(batch: &RecordBatch) -> std::result::Result<(), ArrowError> {
+    let schema = batch.schema();
+    batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .try_for_each(|(column, field)| {
+            if column.len() != batch.num_rows() {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "column '{}' has {} rows, the batch {}",
+                    field.name(),
+                    column.len(),
+                    batch.num_rows()
+                )));
+            }
+            let data = column.to_data();
+            validate_array(&data)?;
+            if !field.is_nullable() && data.null_count() > 0 {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "column '{}' cannot hold NULL but has {}",
+                    field.name(),
+                    data.null_count()
+                )));
+            }
+            Ok(())
+        })
+}
+
+fn validate_array(data: &ArrayData) -> std::result::Result<(), ArrowError> {
+    data.validate()?;
+    data.validate_nulls()?;
+    if !(data.data_type() == &DataType::Utf8 && ascii_text(data)) {
+        data.validate_values()?;
+    }
+    data.child_data().iter().try_for_each(validate_array)
+}
+
+/// Whether the `Utf8` array `data` (already checked by [`ArrayData::validate`]) has offsets
+/// that never fall, all within its values, and only ASCII bytes between its first and last.
+fn ascii_text(data: &ArrayData) -> bool {
+    let (Some(offsets), Some(values)) = (data.buffers().first(), data.buffers().get(1)) else {
+        return false;
+    };
+    let offsets: &[i32] = offsets.typed_data();
+    let Some(offsets) = offsets.get(data.offset()..data.offset() + data.len() + 1) else {
+        return false;
+    };
+    let rising = offsets.windows(2).fold(true, |ok, w| ok & (w[0] <= w[1]));
+    let (Ok(first), Ok(last)) = (
+        usize::try_from(offsets[0]),
+        usize::try_from(offsets[offsets.len() - 1]),
+    ) else {
+        return false;
+    };
+    rising && last <= values.len() && first <= last && is_ascii(&values.as_slice()[first..last])
+}
+
+/// Whether every byte is below 128: ORs the bytes a block at a time (which the compiler
+/// turns into wide vector operations) rather than stopping at each word, as `str`'s check
+/// does.
+fn is_ascii(bytes: &[u8]) -> bool {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut blocks = bytes.chunks_exact(4096);
+    for block in blocks.by_ref() {
+        let any = block.chunks_exact(8).fold(0u64, |any, word| {
+            any | u64::from_ne_bytes(word.try_into().expect("8 bytes"))
+        });
+        if any & HIGH != 0 {
+            return false;
+        }
+    }
+    blocks.remainder().is_ascii()
 }
 
 /// `ranges` sorted, with touching or overlapping ones joined.
@@ -297,8 +381,17 @@ impl EventsFile {
     }
 
     /// A decoder of the columns `projection` (indexes in the stream's schema).
+    ///
+    /// Arrow's own checks are skipped while decoding and made by [`validate`] on the decoded
+    /// batch instead (the same checks, faster for ASCII text); [`Self::batch`] always runs them.
     pub fn decoder(&self, projection: &[usize]) -> FileDecoder {
-        FileDecoder::new(self.schema.clone(), self.version).with_projection(projection.to_vec())
+        let decoder = FileDecoder::new(self.schema.clone(), self.version)
+            .with_projection(projection.to_vec());
+        // SAFETY: every batch this decoder reads goes through `Self::batch`, which checks it
+        // with `validate` (what Arrow's validation checks) before any value is read; the
+        // decoding itself only slices buffers (an undersized one panics there, which `batch`
+        // catches).
+        unsafe { decoder.with_skip_validation(true) }
     }
 
     /// The `index`-th batch, decoded in place by `decoder`.
@@ -320,14 +413,21 @@ impl EventsFile {
             start,
             len,
         }));
-        decoder
-            .read_record_batch(block, &data)
-            .map_err(arrow)?
-            .ok_or_else(|| {
-                ConnectorError::Schema(format!(
-                    "events_file '{}': batch {index} is missing",
-                    self.path.display()
-                ))
-            })
+        let bad = |what: String| {
+            ConnectorError::Schema(format!(
+                "events_file '{}': batch {index} {what}",
+                self.path.display()
+            ))
+        };
+        // Decoding without Arrow's checks can meet a buffer too short for its column, which
+        // panics as it is sliced: that is a corrupt file, reported as such.
+        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            decoder.read_record_batch(block, &data)
+        }))
+        .map_err(|_| bad("is corrupt (a buffer is shorter than its column)".into()))?
+        .map_err(|e| bad(format!("is corrupt: {e}")))?
+        .ok_or_else(|| bad("is missing".into()))?;
+        validate(&decoded).map_err(|e| bad(format!("is corrupt: {e}")))?;
+        Ok(decoded)
     }
 }

@@ -356,6 +356,129 @@ mod events_file {
         }
     }
 
+    /// Batches are decoded without Arrow's checks and checked by `validate` instead: a
+    /// corrupt file is an error naming it (never a panic, never a bad string read), and text
+    /// that is valid but not ASCII takes Arrow's full check and reads back unchanged.
+    #[test]
+    fn a_corrupt_events_file_is_an_error_naming_it_and_valid_text_reads_back() {
+        use super::super::EventsFile;
+        use datafusion::arrow::array::{Array, AsArray};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bids.arrow");
+        write_events_file(&path, Stream::Bid, 400, config(0, 10_000), 50).unwrap();
+        let original = std::fs::read(&path).unwrap();
+        let read_all = |bytes: &[u8]| -> std::result::Result<Vec<RecordBatch>, String> {
+            std::fs::write(&path, bytes).unwrap();
+            let file = EventsFile::open(&path, Stream::Bid).map_err(|e| e.to_string())?;
+            let all: Vec<usize> = (0..Stream::Bid.schema().fields().len()).collect();
+            let decoder = file.decoder(&all);
+            (0..file.batches())
+                .map(|i| file.batch(&decoder, i).map_err(|e| e.to_string()))
+                .collect()
+        };
+        let channel = Stream::Bid.schema().index_of("channel").unwrap();
+        let channels = |batches: &[RecordBatch]| -> Vec<String> {
+            batches
+                .iter()
+                .flat_map(|b| {
+                    let c = b.column(channel).as_string::<i32>();
+                    (0..c.len())
+                        .map(|i| c.value(i).to_string())
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let clean = channels(&read_all(&original).unwrap());
+        let at = original
+            .windows(6)
+            .position(|w| w == b"Google")
+            .expect("a bid on the Google channel");
+        // A two-byte character in place of "Go": valid UTF-8, same length.
+        let mut accented = original.clone();
+        accented[at..at + 2].copy_from_slice("é".as_bytes());
+        let read = channels(&read_all(&accented).unwrap());
+        assert_eq!(read.len(), clean.len());
+        let changed: Vec<(&String, &String)> =
+            clean.iter().zip(&read).filter(|(a, b)| a != b).collect();
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert_eq!(changed[0].1, &changed[0].0.replacen("Go", "é", 1));
+        // Half a character, then a byte that never starts one.
+        for bad in [&[0xC3u8][..], &[0xFF][..]] {
+            let mut corrupt = original.clone();
+            corrupt[at..at + bad.len()].copy_from_slice(bad);
+            let e = read_all(&corrupt).expect_err("invalid UTF-8 refused");
+            assert!(
+                e.contains(path.to_str().unwrap()) && e.contains("is corrupt") && e.contains("utf"),
+                "{e}"
+            );
+        }
+    }
+
+    /// `validate` refuses what Arrow's own checks refuse.
+    #[test]
+    fn validation_refuses_bad_offsets_nulls_and_lengths() {
+        use datafusion::arrow::array::{make_array, ArrayData, ArrayRef, Int64Array};
+        use datafusion::arrow::buffer::Buffer;
+        use std::sync::Arc;
+        let text = |offsets: &[i32], values: &[u8]| -> ArrayRef {
+            let data = ArrayData::builder(DataType::Utf8)
+                .len(offsets.len() - 1)
+                .add_buffer(Buffer::from_slice_ref(offsets))
+                .add_buffer(Buffer::from_slice_ref(values));
+            // SAFETY: only the check under test reads these arrays' values.
+            make_array(unsafe { data.build_unchecked() })
+        };
+        let schema = |nullable: bool| {
+            Arc::new(Schema::new(vec![
+                Field::new("s", DataType::Utf8, nullable),
+                Field::new("n", DataType::Int64, nullable),
+            ]))
+        };
+        let batch = |s: ArrayRef, n: ArrayRef, nullable: bool| {
+            // SAFETY: as above; the lengths may differ on purpose.
+            let rows = n.len();
+            unsafe { RecordBatch::new_unchecked(schema(nullable), vec![s, n], rows) }
+        };
+        let check = |s, n: Vec<Option<i64>>, nullable| {
+            super::super::events_file::validate(&batch(s, Arc::new(Int64Array::from(n)), nullable))
+                .map_err(|e| e.to_string())
+        };
+        let ok = check(text(&[0, 2, 5], b"abcde"), vec![Some(1), Some(2)], false);
+        assert_eq!(ok, Ok(()));
+        let ok = check(
+            text(&[0, 3, 4], "aéb".as_bytes()),
+            vec![Some(1), Some(2)],
+            false,
+        );
+        assert_eq!(ok, Ok(()));
+        for (what, s) in [
+            ("falling offsets", text(&[0, 4, 2], b"abcde")),
+            ("an offset past the values", text(&[0, 2, 9], b"abcde")),
+            ("a negative offset", text(&[-1, 2, 3], b"abcde")),
+            (
+                "a string ending mid-character",
+                text(&[0, 2, 3], "aéb".as_bytes()),
+            ),
+        ] {
+            let e = check(s, vec![Some(1), Some(2)], false).expect_err(what);
+            assert!(e.contains("ffset") || e.contains("utf-8"), "{what}: {e}");
+        }
+        let e = check(text(&[0, 1, 2], b"ab"), vec![Some(1), None], false)
+            .expect_err("NULL in a NOT NULL column");
+        assert!(e.contains("'n'") && e.contains("NULL"), "{e}");
+        assert_eq!(
+            check(text(&[0, 1, 2], b"ab"), vec![Some(1), None], true),
+            Ok(())
+        );
+        let e = check(
+            text(&[0, 1, 2], b"ab"),
+            vec![Some(1), Some(2), Some(3)],
+            true,
+        )
+        .expect_err("a short column");
+        assert!(e.contains("'s' has 2 rows, the batch 3"), "{e}");
+    }
+
     #[test]
     fn a_wrong_events_file_or_option_is_refused_with_its_name() {
         let dir = tempfile::tempdir().unwrap();
