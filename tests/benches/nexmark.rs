@@ -231,8 +231,9 @@ fn measure(
 ) -> Figures {
     let out = Command::new(std::env::current_exe().unwrap())
         // As the weir binary sets mimalloc (repl/src/main.rs): freed memory goes back to the
-        // kernel at once.
+        // kernel at once, and no transparent huge pages.
         .env("MIMALLOC_PURGE_DELAY", "0")
+        .env("MIMALLOC_ALLOW_THP", "0")
         .env(
             "WEIR_BENCH_CHILD",
             format!("{query},{delivery},{events},{parallelism},{source}"),
