@@ -332,6 +332,14 @@ impl EventTimeAssigner {
     ) -> Result<(Bucket, u64, LateRows)> {
         let times = timestamps_as_nanos(batch.column(window.time_column))?;
         let spec = window.spec;
+        if let (WindowSpec::Tumble { size, offset }, None, 0) =
+            (spec, window.panes, times.null_count())
+        {
+            if let Some(pairs) = tumble_windows(size, offset, times.values(), &self.row_watermarks)
+            {
+                return Ok((pairs, 0, LateRows::default()));
+            }
+        }
         let mut buckets: Vec<Bucket> = vec![Bucket::with_capacity(batch.num_rows())];
         let mut late_rows = 0u64;
         let mut late = LateRows::default();
@@ -454,6 +462,47 @@ fn windowed_batch(
     )?))
 }
 
+/// `TUMBLE` over times without NULLs, when every row's window is still open: each row's
+/// window in one pass (the pairs `row_windows` would make, in the same order); `None` when
+/// some row's window has closed under its watermark (then `row_windows` judges the batch
+/// row by row). Rows come mostly in time order: a row inside the previous row's window
+/// takes its start without dividing.
+fn tumble_windows(
+    size: i64,
+    offset: i64,
+    times: &[EventTime],
+    watermarks: &[EventTime],
+) -> Option<Bucket> {
+    let spec = WindowSpec::Tumble { size, offset };
+    let mut pairs = Bucket::with_capacity(times.len());
+    // The window of the last row, [lo, hi), kept only if not clamped at the ends of time.
+    let (mut lo, mut hi) = (0, 0);
+    let mut open = true;
+    for (i, &t) in times.iter().enumerate() {
+        let start = if lo <= t && t < hi {
+            lo
+        } else {
+            let start = spec.last_start(t);
+            let end = start.saturating_add(size);
+            if start > EventTime::MIN.saturating_add(size) && end < EventTime::MAX {
+                (lo, hi) = (start, end);
+            }
+            start
+        };
+        let end = start.saturating_add(size);
+        let wm = watermarks.get(i).copied().unwrap_or(WATERMARK_MIN);
+        // As `WindowSpec::for_each_open_window`: the window holds t and ends after wm.
+        open &= start > t.saturating_sub(size) && end > wm;
+        pairs.starts.push(start);
+        pairs.ends.push(end);
+    }
+    if !open {
+        return None;
+    }
+    pairs.indices.extend(0..times.len() as u32);
+    Some(pairs)
+}
+
 /// (row, window) pairs: the rows of one rank among the rows' windows, or all of them.
 #[derive(Default)]
 struct Bucket {
@@ -486,6 +535,57 @@ mod tests {
     use datafusion::physical_expr::expressions::Column;
 
     const S: i64 = 1_000_000_000;
+
+    /// The one-pass TUMBLE assignment gives the pairs of the row-by-row rule, or declines
+    /// exactly when some row's window has closed: times mostly in order with jumps back and
+    /// forth, negative times, an offset, watermarks rising through the rows.
+    #[test]
+    fn tumble_in_one_pass_equals_the_row_by_row_windows() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: i64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as i64
+        };
+        for round in 0..300 {
+            let size = [1, 7, 10 * S, 3][round % 4];
+            let offset = [0, 2, -S, 1][round % 4] % size;
+            let spec = WindowSpec::Tumble { size, offset };
+            let mut t = next(1000) * size / 3 - 200 * size;
+            let (mut times, mut watermarks) = (Vec::new(), Vec::new());
+            let mut wm = t - 5 * size;
+            for _ in 0..(1 + next(60)) {
+                t += match next(10) {
+                    0 => -next(3 * size),
+                    1 => next(4 * size),
+                    _ => next(size / 2 + 1),
+                };
+                times.push(t);
+                watermarks.push(wm);
+                if next(3) == 0 {
+                    wm = wm.max(t - size - next(size));
+                }
+            }
+            let watermarks = if round % 5 == 0 { vec![] } else { watermarks };
+            let mut expected = Bucket::with_capacity(times.len());
+            let mut all_open = true;
+            for (i, &t) in times.iter().enumerate() {
+                let wm = watermarks.get(i).copied().unwrap_or(WATERMARK_MIN);
+                let n = spec.for_each_open_window(t, wm, |s, e| expected.push(i as u32, s, e));
+                all_open &= n == 1;
+            }
+            match tumble_windows(size, offset, &times, &watermarks) {
+                Some(got) => {
+                    assert!(all_open, "round {round}: a closed window was assigned");
+                    assert_eq!(got.indices, expected.indices, "round {round}");
+                    assert_eq!(got.starts, expected.starts, "round {round}");
+                    assert_eq!(got.ends, expected.ends, "round {round}");
+                }
+                None => assert!(!all_open, "round {round}: declined with every window open"),
+            }
+        }
+    }
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
