@@ -479,17 +479,16 @@ fn tumble_windows(
     let (mut lo, mut hi) = (0, 0);
     let mut open = true;
     for (i, &t) in times.iter().enumerate() {
-        let start = if lo <= t && t < hi {
-            lo
+        let (start, end) = if lo <= t && t < hi {
+            (lo, hi)
         } else {
             let start = spec.last_start(t);
             let end = start.saturating_add(size);
             if start > EventTime::MIN.saturating_add(size) && end < EventTime::MAX {
                 (lo, hi) = (start, end);
             }
-            start
+            (start, end)
         };
-        let end = start.saturating_add(size);
         let wm = watermarks.get(i).copied().unwrap_or(WATERMARK_MIN);
         // As `WindowSpec::for_each_open_window`: the window holds t and ends after wm.
         open &= start > t.saturating_sub(size) && end > wm;

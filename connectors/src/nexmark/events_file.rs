@@ -227,16 +227,17 @@ fn ascii_text(data: &ArrayData) -> bool {
 /// does.
 fn is_ascii(bytes: &[u8]) -> bool {
     const HIGH: u64 = 0x8080_8080_8080_8080;
-    let mut blocks = bytes.chunks_exact(4096);
-    for block in blocks.by_ref() {
-        let any = block.chunks_exact(8).fold(0u64, |any, word| {
-            any | u64::from_ne_bytes(word.try_into().expect("8 bytes"))
-        });
+    let (blocks, rest) = bytes.as_chunks::<4096>();
+    for block in blocks {
+        let (words, _) = block.as_chunks::<8>();
+        let any = words
+            .iter()
+            .fold(0u64, |any, &word| any | u64::from_ne_bytes(word));
         if any & HIGH != 0 {
             return false;
         }
     }
-    blocks.remainder().is_ascii()
+    rest.is_ascii()
 }
 
 /// `ranges` sorted, with touching or overlapping ones joined.
