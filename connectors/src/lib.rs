@@ -13,6 +13,7 @@ pub mod pg_types;
 pub mod projection;
 pub mod quote;
 pub mod rate;
+pub mod recycle;
 pub mod redact;
 pub mod sinks;
 pub mod suggest;

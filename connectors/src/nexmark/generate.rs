@@ -10,14 +10,13 @@
 
 use std::sync::{Arc, OnceLock};
 
-use datafusion::arrow::array::{
-    ArrayBuilder, ArrayRef, BinaryBuilder, Int64Builder, StringArray, TimestampNanosecondBuilder,
-};
+use datafusion::arrow::array::ArrayRef;
 use nexmark::config::NexmarkConfig;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use super::rng::{EventRng, Lanes, Letters};
+use super::columns::{Recyclers, TextColumn};
+use super::rng::{EventRng, Lanes};
 use super::Stream;
 
 /// Fraction of people / auctions that are hot sellers, bidders, auctions: one in these.
@@ -252,29 +251,44 @@ fn channel_urls() -> &'static [(String, String)] {
     })
 }
 
-/// Builders of one stream's columns; a column not wanted stays empty. Strings are built as
-/// bytes and checked as UTF-8 once per column ([`finish_strings`]), not once per value.
+/// One stream's columns being written; a column not wanted stays empty. Strings are checked
+/// as UTF-8 once per column ([`Recyclers::string_array`]), not once per value.
 struct Columns {
-    ints: Vec<Int64Builder>,
-    strings: Vec<BinaryBuilder>,
-    times: Vec<TimestampNanosecondBuilder>,
+    ints: Vec<Vec<i64>>,
+    strings: Vec<TextColumn>,
+    times: Vec<Vec<i64>>,
     /// The stream's `extra`, drawn straight into its column.
-    extra: Letters,
+    extra: TextColumn,
 }
 
 impl Columns {
     /// Room for `n` events with `extra` letters each on average.
-    fn new(n: usize, ints: usize, strings: usize, times: usize, extra: usize) -> Self {
+    fn new(
+        r: &Recyclers,
+        n: usize,
+        ints: usize,
+        strings: usize,
+        times: usize,
+        extra: usize,
+    ) -> Self {
         Self {
-            ints: (0..ints).map(|_| Int64Builder::with_capacity(n)).collect(),
-            strings: (0..strings)
-                .map(|_| BinaryBuilder::with_capacity(n, n * 16))
-                .collect(),
-            times: (0..times)
-                .map(|_| TimestampNanosecondBuilder::with_capacity(n))
-                .collect(),
-            extra: Letters::with_capacity(n, n * extra),
+            ints: (0..ints).map(|_| r.ints(n)).collect(),
+            strings: (0..strings).map(|_| r.text(n, n * 16)).collect(),
+            times: (0..times).map(|_| r.ints(n)).collect(),
+            extra: r.text(n, n * extra),
         }
+    }
+
+    /// The columns' arrays: integers, strings, times, `extra`.
+    fn finish(self, r: &Recyclers) -> (Vec<ArrayRef>, Vec<ArrayRef>, Vec<ArrayRef>, ArrayRef) {
+        let ints = self.ints.into_iter().map(|v| r.int_array(v)).collect();
+        let strings = self
+            .strings
+            .into_iter()
+            .map(|c| r.string_array(c))
+            .collect();
+        let times = self.times.into_iter().map(|v| r.time_array(v)).collect();
+        (ints, strings, times, r.string_array(self.extra))
     }
 }
 
@@ -291,6 +305,8 @@ pub struct ArrowGenerator {
     want: Vec<bool>,
     /// The last column read, in the order the fields are drawn.
     last_drawn: usize,
+    /// Where the columns' memory comes back to when a batch is dropped.
+    recyclers: Recyclers,
 }
 
 /// Bid columns in draw order (schema positions): auction, bidder, price, channel/url, extra.
@@ -326,6 +342,7 @@ impl ArrowGenerator {
             stream,
             want,
             last_drawn,
+            recyclers: Recyclers::default(),
         }
     }
 
@@ -362,19 +379,17 @@ impl ArrowGenerator {
         };
         match self.stream {
             Stream::Bid => {
-                let mut c = Columns::new(n, 3, 2, 1, self.room(6, 72));
+                let mut c = Columns::new(&self.recyclers, n, 3, 2, 1, self.room(6, 72));
                 let taken = fill(&mut c, Self::bid);
-                let (i, s, t) = (finish(c.ints), finish_strings(c.strings), finish(c.times));
-                let e: ArrayRef = Arc::new(c.extra.finish());
+                let (i, s, t, e) = c.finish(&self.recyclers);
                 // auction, bidder, price, channel, url, date_time, extra
                 let columns = owned(&[&i[0], &i[1], &i[2], &s[0], &s[1], &t[0], &e]);
                 (columns, taken)
             }
             Stream::Auction => {
-                let mut c = Columns::new(n, 5, 2, 2, self.room(9, 340));
+                let mut c = Columns::new(&self.recyclers, n, 5, 2, 2, self.room(9, 340));
                 let taken = fill(&mut c, Self::auction);
-                let (i, s, t) = (finish(c.ints), finish_strings(c.strings), finish(c.times));
-                let e: ArrayRef = Arc::new(c.extra.finish());
+                let (i, s, t, e) = c.finish(&self.recyclers);
                 // id, item_name, description, initial_bid, reserve, date_time, expires,
                 // seller, category, extra
                 let columns = owned(&[
@@ -383,10 +398,9 @@ impl ArrowGenerator {
                 (columns, taken)
             }
             Stream::Person => {
-                let mut c = Columns::new(n, 1, 5, 1, self.room(7, 120));
+                let mut c = Columns::new(&self.recyclers, n, 1, 5, 1, self.room(7, 120));
                 let taken = fill(&mut c, Self::person);
-                let (i, s, t) = (finish(c.ints), finish_strings(c.strings), finish(c.times));
-                let e: ArrayRef = Arc::new(c.extra.finish());
+                let (i, s, t, e) = c.finish(&self.recyclers);
                 // id, name, email_address, credit_card, city, state, date_time, extra
                 let columns = owned(&[&i[0], &s[0], &s[1], &s[2], &s[3], &s[4], &t[0], &e]);
                 (columns, taken)
@@ -414,7 +428,7 @@ impl ArrowGenerator {
         let nex = &cfg.cfg;
         let event_id = nex.first_event_id + number;
         let w = &self.want;
-        c.times[0].append_value(ns(cfg.timestamp(number)));
+        c.times[0].push(ns(cfg.timestamp(number)));
         if !self.draws(0) {
             return;
         }
@@ -425,7 +439,7 @@ impl ArrowGenerator {
             cfg.auction_next_id(event_id, rng)
         };
         if w[0] {
-            c.ints[0].append_value((auction + nex.first_auction_id) as i64);
+            c.ints[0].push((auction + nex.first_auction_id) as i64);
         }
         if !self.draws(1) {
             return;
@@ -436,14 +450,14 @@ impl ArrowGenerator {
             cfg.person_next_id(event_id, rng)
         };
         if w[1] {
-            c.ints[1].append_value((bidder + nex.first_person_id) as i64);
+            c.ints[1].push((bidder + nex.first_person_id) as i64);
         }
         if !self.draws(2) {
             return;
         }
         let p = price(rng);
         if w[2] {
-            c.ints[2].append_value(p as i64);
+            c.ints[2].push(p as i64);
         }
         if !self.draws(3) {
             return;
@@ -458,10 +472,10 @@ impl ArrowGenerator {
             (channel, url)
         };
         if w[3] {
-            c.strings[0].append_value(channel);
+            c.strings[0].push(channel);
         }
         if w[4] {
-            c.strings[1].append_value(url);
+            c.strings[1].push(url);
         }
         if !self.draws(4) {
             return;
@@ -475,8 +489,8 @@ impl ArrowGenerator {
         let event_id = nex.first_event_id + number;
         let w = &self.want;
         let time = cfg.timestamp(number);
-        c.ints[0].append_value((cfg.auction_last_id(event_id) + nex.first_auction_id) as i64);
-        c.times[0].append_value(ns(time));
+        c.ints[0].push((cfg.auction_last_id(event_id) + nex.first_auction_id) as i64);
+        c.times[0].push(ns(time));
         if !self.draws(0) {
             return;
         }
@@ -489,7 +503,7 @@ impl ArrowGenerator {
             if w[col] {
                 scratch.bytes.clear();
                 letters(rng, len, Some(&mut scratch.bytes));
-                c.strings[k].append_value(&scratch.bytes);
+                c.strings[k].push(&scratch.bytes);
             } else {
                 letters(rng, len, None);
             }
@@ -499,14 +513,14 @@ impl ArrowGenerator {
         }
         let initial = price(rng);
         if w[3] {
-            c.ints[1].append_value(initial as i64);
+            c.ints[1].push(initial as i64);
         }
         if !self.draws(3) {
             return;
         }
         let reserve = initial + price(rng);
         if w[4] {
-            c.ints[2].append_value(reserve as i64);
+            c.ints[2].push(reserve as i64);
         }
         if !self.draws(4) {
             return;
@@ -516,7 +530,7 @@ impl ArrowGenerator {
         let horizon = cfg.timestamp(number + events_for_auctions) - time;
         let expires = time + 1 + rng.gen_range(0..(horizon * 2).max(1));
         if w[6] {
-            c.times[1].append_value(ns(expires));
+            c.times[1].push(ns(expires));
         }
         if !self.draws(5) {
             return;
@@ -527,14 +541,14 @@ impl ArrowGenerator {
             cfg.person_next_id(event_id, rng)
         };
         if w[7] {
-            c.ints[3].append_value((seller + nex.first_person_id) as i64);
+            c.ints[3].push((seller + nex.first_person_id) as i64);
         }
         if !self.draws(6) {
             return;
         }
         let category = nex.first_category_id + rng.gen_range(0..nex.num_categories);
         if w[8] {
-            c.ints[4].append_value(category as i64);
+            c.ints[4].push(category as i64);
         }
         if !self.draws(7) {
             return;
@@ -547,8 +561,8 @@ impl ArrowGenerator {
         let nex = &cfg.cfg;
         let event_id = nex.first_event_id + number;
         let w = &self.want;
-        c.ints[0].append_value((cfg.person_last_id(event_id) + nex.first_person_id) as i64);
-        c.times[0].append_value(ns(cfg.timestamp(number)));
+        c.ints[0].push((cfg.person_last_id(event_id) + nex.first_person_id) as i64);
+        c.times[0].push(ns(cfg.timestamp(number)));
         if !self.draws(0) {
             return;
         }
@@ -562,7 +576,7 @@ impl ArrowGenerator {
             name.extend_from_slice(first.as_bytes());
             name.push(b' ');
             name.extend_from_slice(last.as_bytes());
-            c.strings[0].append_value(name);
+            c.strings[0].push(name);
         }
         if !self.draws(1) {
             return;
@@ -576,7 +590,7 @@ impl ArrowGenerator {
         email.extend_from_slice(b".com");
         size += email.len();
         if w[2] {
-            c.strings[1].append_value(email);
+            c.strings[1].push(email);
         }
         if !self.draws(2) {
             return;
@@ -585,7 +599,7 @@ impl ArrowGenerator {
         size += 19;
         if w[3] {
             let [a, b, d, e] = digits;
-            c.strings[2].append_value(format!("{a:04} {b:04} {d:04} {e:04}"));
+            c.strings[2].push(format!("{a:04} {b:04} {d:04} {e:04}"));
         }
         if !self.draws(3) {
             return;
@@ -593,7 +607,7 @@ impl ArrowGenerator {
         let city = nex.us_cities.choose(rng).expect("cities");
         size += city.len();
         if w[4] {
-            c.strings[3].append_value(city);
+            c.strings[3].push(city);
         }
         if !self.draws(4) {
             return;
@@ -601,7 +615,7 @@ impl ArrowGenerator {
         let state = nex.us_states.choose(rng).expect("states");
         size += state.len();
         if w[5] {
-            c.strings[4].append_value(state);
+            c.strings[4].push(state);
         }
         if !self.draws(5) {
             return;
@@ -610,32 +624,8 @@ impl ArrowGenerator {
     }
 }
 
-/// The string columns' arrays, in order: the bytes written are letters, digits and the
-/// crate's fixed ASCII text, checked as UTF-8 here, one pass over each column (were a value
-/// ever not UTF-8, the column would be converted value by value, lossily, not refused).
-fn finish_strings(builders: Vec<BinaryBuilder>) -> Vec<ArrayRef> {
-    builders
-        .into_iter()
-        .map(|mut b| {
-            let bytes = b.finish();
-            let strings = StringArray::try_from_binary(bytes.clone()).unwrap_or_else(|_| {
-                bytes
-                    .iter()
-                    .map(|v| v.map(String::from_utf8_lossy))
-                    .collect()
-            });
-            Arc::new(strings) as ArrayRef
-        })
-        .collect()
-}
-
 fn owned(columns: &[&ArrayRef]) -> Vec<ArrayRef> {
     columns.iter().map(|c| Arc::clone(c)).collect()
-}
-
-/// The builders' arrays, in order.
-fn finish<B: ArrayBuilder>(builders: Vec<B>) -> Vec<ArrayRef> {
-    builders.into_iter().map(|mut b| b.finish()).collect()
 }
 
 #[cfg(test)]
@@ -702,16 +692,5 @@ mod tests {
                 assert_eq!(by.div_rem(n), (n / d, n % d), "{n} / {d}");
             }
         }
-    }
-
-    #[test]
-    fn string_columns_that_are_not_utf8_are_converted_not_refused() {
-        let mut b = BinaryBuilder::new();
-        b.append_value(b"abc");
-        b.append_value([0xff, b'x']);
-        let columns = finish_strings(vec![b]);
-        let strings = columns[0].as_any().downcast_ref::<StringArray>().unwrap();
-        assert_eq!(strings.value(0), "abc");
-        assert_eq!(strings.value(1), "\u{fffd}x");
     }
 }

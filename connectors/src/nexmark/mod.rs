@@ -17,6 +17,7 @@
 //! three streams agree on ids and times. The events are the `nexmark` crate's, written straight
 //! into Arrow columns by [`generate`], which draws only the fields the table reads.
 
+mod columns;
 mod events_file;
 mod generate;
 mod rng;

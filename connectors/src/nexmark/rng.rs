@@ -7,9 +7,9 @@
 //! independent, so the letters of [`LANES`] events are drawn in lock step, in AVX-512 or AVX2
 //! vector registers when the processor has them.
 
-use datafusion::arrow::array::StringArray;
-use datafusion::arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use rand::RngCore;
+
+use super::columns::TextColumn;
 
 /// Events whose letters are drawn side by side.
 pub(super) const LANES: usize = 8;
@@ -135,7 +135,7 @@ impl Lanes {
     }
 
     /// Draws the waiting events' letters into `column`, one value per event, in order.
-    pub(super) fn draw(&mut self, column: &mut Letters) {
+    pub(super) fn draw(&mut self, column: &mut TextColumn) {
         #[cfg(target_arch = "x86_64")]
         if self.pending.len() == LANES {
             if let Some(draw) = vector_draw() {
@@ -168,41 +168,6 @@ impl Lanes {
             column.end_value(column.values.len());
         }
         self.pending.clear();
-    }
-}
-
-/// A string column of letters `a..=z` being written: the values back to back and where each
-/// ends.
-#[derive(Debug)]
-pub(super) struct Letters {
-    values: Vec<u8>,
-    offsets: Vec<i32>,
-}
-
-impl Letters {
-    /// Room for `n` values of `bytes` letters in all.
-    pub(super) fn with_capacity(n: usize, bytes: usize) -> Self {
-        let mut offsets = Vec::with_capacity(n + 1);
-        offsets.push(0);
-        Self {
-            values: Vec::with_capacity(bytes),
-            offsets,
-        }
-    }
-
-    /// The value written last ends at `end`. A batch holds at most [`super::MAX_BATCH_SIZE`] events
-    /// of at most a few hundred letters each, far below `i32::MAX` bytes.
-    fn end_value(&mut self, end: usize) {
-        self.offsets.push(end as i32);
-    }
-
-    pub(super) fn finish(self) -> StringArray {
-        let offsets = OffsetBuffer::new(ScalarBuffer::from(self.offsets));
-        // SAFETY: every byte is a letter `a..=z` (`EventRng::letter`, or the vector draws'
-        // `b'a' + (x * 26 >> 32)` for a 32-bit `x`), so every value is ASCII, valid UTF-8; the
-        // offsets start at 0, never decrease (each value ends at or after the one before)
-        // and the last is `values.len()`; there are no nulls.
-        unsafe { StringArray::new_unchecked(offsets, Buffer::from_vec(self.values), None) }
     }
 }
 
@@ -447,6 +412,8 @@ mod tests {
     use rand::seq::SliceRandom;
     use rand::{Rng, SeedableRng};
 
+    use datafusion::arrow::array::AsArray;
+
     use super::*;
 
     #[test]
@@ -495,7 +462,7 @@ mod tests {
             .map(|e| (e * 7919, (e as usize * 37) % 91))
             .collect();
         let mut lanes = Lanes::default();
-        let mut column = Letters::with_capacity(0, 0);
+        let mut column = TextColumn::new();
         for &(seed, n) in &events {
             let mut rng = EventRng::seed_from_u64(seed);
             rng.next_u64(); // earlier draws of the event
@@ -554,9 +521,10 @@ mod tests {
     }
 
     /// Each value of a finished letters column.
-    fn values(column: Letters) -> Vec<Vec<u8>> {
-        column
-            .finish()
+    fn values(column: TextColumn) -> Vec<Vec<u8>> {
+        super::super::columns::Recyclers::default()
+            .string_array(column)
+            .as_string::<i32>()
             .iter()
             .map(|v| v.expect("no nulls").as_bytes().to_vec())
             .collect()
@@ -603,7 +571,7 @@ mod tests {
             );
             lanes.push(ours, 30);
         }
-        let mut column = Letters::with_capacity(LANES, 0);
+        let mut column = TextColumn::new();
         lanes.draw(&mut column);
         assert_eq!(values(column), want);
     }
