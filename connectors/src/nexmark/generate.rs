@@ -252,7 +252,7 @@ fn channel_urls() -> &'static [(String, String)] {
 }
 
 /// One stream's columns being written; a column not wanted stays empty. Strings are checked
-/// as UTF-8 once per column ([`Recyclers::string_array`]), not once per value.
+/// once per column ([`Recyclers::string_array`]), not once per value.
 struct Columns {
     ints: Vec<Vec<i64>>,
     strings: Vec<TextColumn>,
