@@ -65,7 +65,7 @@ impl EventConfig {
 
     /// Event time (ms) of the `event_number`-th event.
     fn timestamp(&self, event_number: usize) -> u64 {
-        self.cfg.base_time + round((event_number as f32 * self.inter_event_delay) / 1000.0)
+        self.cfg.base_time + round((to_f32(event_number) * self.inter_event_delay) / 1000.0)
     }
 
     /// The event number of the `offset`-th event of `stream` (the crate's `global_offset`).
@@ -92,7 +92,7 @@ impl EventConfig {
     fn person_next_id(&self, event_id: usize, rng: &mut EventRng) -> usize {
         let people = self.person_last_id(event_id) + 1;
         let active = people.min(self.cfg.active_people);
-        people - active + rng.gen_range(0..active + self.cfg.person_id_lead)
+        people - active + rng.below(active + self.cfg.person_id_lead)
     }
 
     fn auction_last_id(&self, event_id: usize) -> usize {
@@ -112,7 +112,7 @@ impl EventConfig {
     fn auction_next_id(&self, event_id: usize, rng: &mut EventRng) -> usize {
         let max = self.auction_last_id(event_id);
         let min = max.saturating_sub(self.cfg.in_flight_auctions);
-        min + rng.gen_range(0..max - min + 1 + self.cfg.auction_id_lead)
+        min + rng.below(max - min + 1 + self.cfg.auction_id_lead)
     }
 }
 
@@ -183,28 +183,40 @@ fn extra_len(rng: &mut EventRng, current: usize, average: usize) -> usize {
     }
     let average = average - current;
     let delta = (average + 2) / 5;
-    average - delta
-        + if delta == 0 {
-            0
-        } else {
-            rng.gen_range(0..2 * delta)
-        }
+    average - delta + if delta == 0 { 0 } else { rng.below(2 * delta) }
 }
 
 /// The crate's `gen_price`.
 fn price(rng: &mut EventRng) -> usize {
-    round(10.0_f32.powf(rng.gen::<f32>() * 6.0) * 100.0) as usize
+    round(10.0_f32.powf(rng.unit_f32() * 6.0) * 100.0) as usize
 }
 
 /// `x.round() as u64` for the generator's non-negative values (half away from zero, as
 /// `f32::round`), without the libm call `round` is on x86-64 without SSE4.1: below 2^23 the
 /// truncation and the fraction `x - t` are exact, above it `x` is a whole number.
+/// Conversions go through `i64` where the value fits it: one instruction each, where an
+/// unsigned conversion takes a sign test and a fix-up on x86-64.
+#[inline(always)]
 fn round(x: f32) -> u64 {
     if x >= 8_388_608.0 {
-        return x as u64;
+        return if x < 9.2e18 {
+            x as i64 as u64
+        } else {
+            x as u64
+        };
     }
-    let t = x as u64;
-    t + u64::from(x - t as f32 >= 0.5)
+    // NaN and values below 1 truncate to 0, as `as u64` truncates them.
+    let t = (x as i64).max(0);
+    t as u64 + u64::from(x - t as f32 >= 0.5)
+}
+
+/// `n as f32`, through `i64` (see [`round`]).
+#[inline(always)]
+fn to_f32(n: usize) -> f32 {
+    match i64::try_from(n) {
+        Ok(n) => n as f32,
+        Err(_) => n as f32,
+    }
 }
 
 /// The crate's `gen_string_with_delimiter`.
@@ -433,7 +445,7 @@ impl ArrowGenerator {
             return;
         }
         let rng = &mut EventRng::seed_from_u64(event_id as u64);
-        let auction = if 0 < rng.gen_range(0..nex.hot_auction_ratio) {
+        let auction = if 0 < rng.below(nex.hot_auction_ratio) {
             (cfg.auction_last_id(event_id) / HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO
         } else {
             cfg.auction_next_id(event_id, rng)
@@ -444,7 +456,7 @@ impl ArrowGenerator {
         if !self.draws(1) {
             return;
         }
-        let bidder = if 0 < rng.gen_range(0..nex.hot_bidder_ratio) {
+        let bidder = if 0 < rng.below(nex.hot_bidder_ratio) {
             (cfg.person_last_id(event_id) / HOT_BIDDER_RATIO) * HOT_BIDDER_RATIO + 1
         } else {
             cfg.person_next_id(event_id, rng)
@@ -462,12 +474,14 @@ impl ArrowGenerator {
         if !self.draws(3) {
             return;
         }
-        let (channel, url) = if rng.gen_range(0..nex.hot_channel_ratio) > 0 {
-            let index = rng.gen_range(0..nex.hot_channels.len());
+        let (channel, url) = if rng.below(nex.hot_channel_ratio) > 0 {
+            let index = rng.below(nex.hot_channels.len());
             (&nex.hot_channels[index], &nex.hot_urls[index])
         } else {
-            let (channel, url) = channel_urls()
-                .choose(rng)
+            // The crate's `choose` over the table, its draw inlined.
+            let table = channel_urls();
+            let (channel, url) = table
+                .get(rng.index(table.len()))
                 .expect("the channel table is not empty");
             (channel, url)
         };
@@ -535,7 +549,7 @@ impl ArrowGenerator {
         if !self.draws(5) {
             return;
         }
-        let seller = if rng.gen_range(0..nex.hot_seller_ratio) > 0 {
+        let seller = if rng.below(nex.hot_seller_ratio) > 0 {
             (cfg.person_last_id(event_id) / HOT_SELLER_RATIO) * HOT_SELLER_RATIO
         } else {
             cfg.person_next_id(event_id, rng)
@@ -546,7 +560,7 @@ impl ArrowGenerator {
         if !self.draws(6) {
             return;
         }
-        let category = nex.first_category_id + rng.gen_range(0..nex.num_categories);
+        let category = nex.first_category_id + rng.below(nex.num_categories);
         if w[8] {
             c.ints[4].push(category as i64);
         }
@@ -631,6 +645,7 @@ fn owned(columns: &[&ArrayRef]) -> Vec<ArrayRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::RngCore;
 
     #[test]
     fn round_is_f32_round() {
@@ -644,6 +659,12 @@ mod tests {
             8_388_608.0,
             1e20,
             -0.7,
+            -1.5,
+            -1e20,
+            9.2e18,
+            9.3e18,
+            1.8e19,
+            1e30,
         ];
         values.extend([f32::NAN, f32::INFINITY, f32::MAX, f32::MIN_POSITIVE]);
         let mut rng = EventRng::seed_from_u64(7);
@@ -654,8 +675,17 @@ mod tests {
         for bits in (0..=0x4b00_0000u32).step_by(997) {
             values.push(f32::from_bits(bits));
         }
+        // Every sign and exponent: negatives, 2^23 and above, 2^52 and above, NaNs.
+        values.extend((0..=u32::MAX).step_by(4099).map(f32::from_bits));
+        values.extend([4_503_599_627_370_496.0, 9_007_199_254_740_992.0]);
         for x in values {
             assert_eq!(round(x), x.round() as u64, "{x}");
+        }
+        let mut counts = vec![0usize, 1, (1 << 24) + 1, (1 << 53) + 3, usize::MAX];
+        counts.extend((-3..=3).map(|d| (i64::MAX as usize).wrapping_add_signed(d)));
+        counts.extend((0..100_000).map(|_| rng.next_u64() as usize >> (rng.next_u32() % 64)));
+        for n in counts {
+            assert_eq!(to_f32(n).to_bits(), (n as f32).to_bits(), "{n}");
         }
     }
 

@@ -29,6 +29,7 @@ pub(super) struct EventRng {
 impl EventRng {
     /// `SmallRng::seed_from_u64`: rand_core 0.6's default, eight PCG32 outputs as the seed's
     /// little-endian words.
+    #[inline]
     pub(super) fn seed_from_u64(mut state: u64) -> Self {
         let mut pcg32 = || {
             state = state
@@ -59,6 +60,48 @@ impl EventRng {
             z ^ (z >> 31)
         });
         Self { s }
+    }
+
+    /// `rng.gen_range(0..n)` for `usize`, drawn as rand 0.8's `UniformInt::sample_single`
+    /// draws it (a 64-bit draw kept when the low half of its product with `n` is within the
+    /// zone, the high half the value), inlined: the generator's events make five or six of
+    /// these draws, and rand's out-of-line call keeps the state in memory, where the next
+    /// step reloads it.
+    #[inline(always)]
+    pub(super) fn below(&mut self, n: usize) -> usize {
+        let range = n as u64;
+        if range == 0 {
+            // What rand's wrapped `high - 1` gives in a release build (it asserts `n > 0`).
+            return self.next_u64() as usize;
+        }
+        let zone = (range << range.leading_zeros()).wrapping_sub(1);
+        loop {
+            let product = u128::from(self.next_u64()) * u128::from(range);
+            if product as u64 <= zone {
+                return (product >> 64) as usize;
+            }
+        }
+    }
+
+    /// `slice.choose(rng)`'s index for a slice of `n` (`0 < n <= u32::MAX`) elements: rand
+    /// 0.8's `gen_index`, a `u32` range, inlined. (For `n == 0`, where `choose` gives `None`
+    /// without a draw, this draws once and gives 0.)
+    #[inline(always)]
+    pub(super) fn index(&mut self, n: usize) -> usize {
+        let range = n as u32;
+        let zone = range.wrapping_shl(range.leading_zeros()).wrapping_sub(1);
+        loop {
+            let product = u64::from(self.next_u32()) * u64::from(range);
+            if product as u32 <= zone {
+                return (product >> 32) as usize;
+            }
+        }
+    }
+
+    /// `rng.gen::<f32>()`: rand 0.8's 24 random bits scaled into `[0, 1)`.
+    #[inline(always)]
+    pub(super) fn unit_f32(&mut self) -> f32 {
+        (self.next_u32() >> 8) as f32 * (1.0 / (1u32 << 24) as f32)
     }
 
     /// `rng.gen_range(b'a'..=b'z')`, without the division rand makes on every call.
@@ -287,10 +330,12 @@ mod avx512 {
         };
         let [mut s0, mut s1, mut s2, mut s3] = state.map(|word| load(&word));
         let range = _mm512_set1_epi64(i64::from(LETTERS));
-        let zone = _mm512_set1_epi64(i64::from(ZONE));
-        let low_half = _mm512_set1_epi64(0xffff_ffff);
-        let a = _mm512_set1_epi64(i64::from(b'a'));
-        let mut outside: __mmask8 = 0;
+        let zone = _mm512_set1_epi32(ZONE as i32);
+        let top_byte = _mm512_set1_epi64(0xff << 56);
+        let a = _mm512_set1_epi64(0x6161_6161_6161_6161);
+        // The largest low half of any product so far, in the even 32-bit lanes (the odd ones
+        // hold letter indices, below 26, never above the zone): compared once at the end.
+        let mut highest = _mm512_setzero_si512();
         let mut place = Placement::new(lengths);
         for block in 0..place.blocks {
             let mut eight = _mm512_setzero_si512();
@@ -303,16 +348,22 @@ mod avx512 {
                 s0 = _mm512_xor_si512(s0, s3);
                 s2 = _mm512_xor_si512(s2, t);
                 s3 = _mm512_rol_epi64::<45>(s3);
-                // The upper half as rand's `u32` draw, times the range.
+                // The upper half as rand's `u32` draw, times the range: the letter's index
+                // in bits 32..37, the low half below.
                 let product = _mm512_mul_epu32(_mm512_srli_epi64::<32>(result), range);
-                outside |= _mm512_cmpgt_epu64_mask(_mm512_and_si512(product, low_half), zone);
-                let letter = _mm512_add_epi64(_mm512_srli_epi64::<32>(product), a);
-                // Eight letters per lane, the first in the lowest byte.
-                eight = _mm512_or_si512(
+                highest = _mm512_max_epu32(highest, product);
+                // Eight letter indices per lane, the first in the lowest byte: the index
+                // shifted into the top byte (`0xf8`: the shifted letters OR the index AND
+                // the byte's mask, one instruction).
+                eight = _mm512_ternarylogic_epi64::<0xf8>(
                     _mm512_srli_epi64::<8>(eight),
-                    _mm512_slli_epi64::<56>(letter),
+                    _mm512_slli_epi64::<24>(product),
+                    top_byte,
                 );
             }
+            // Indices to letters: 'a' (0x61) added to each byte, each at most 25 + 'a', so
+            // no carry crosses a byte.
+            let eight = _mm512_add_epi64(eight, a);
             let halves = [
                 _mm512_extracti64x4_epi64::<0>(eight),
                 _mm512_extracti64x4_epi64::<1>(eight),
@@ -330,7 +381,7 @@ mod avx512 {
             }
         }
         place.finish(out);
-        outside == 0
+        _mm512_cmpgt_epu32_mask(highest, zone) == 0
     }
 }
 
@@ -354,10 +405,11 @@ mod avx2 {
         };
         let mut s = [0, 1].map(|h| state.map(|word| half(&word, h)));
         let range = _mm256_set1_epi64x(i64::from(LETTERS));
-        let zone = _mm256_set1_epi64x(i64::from(ZONE));
-        let low_half = _mm256_set1_epi64x(0xffff_ffff);
-        let a = _mm256_set1_epi64x(i64::from(b'a'));
-        let mut outside = _mm256_setzero_si256();
+        let zone = _mm256_set1_epi32(ZONE as i32);
+        let top_byte = _mm256_set1_epi64x(0xff << 56);
+        let a = _mm256_set1_epi8(b'a' as i8);
+        // As in the AVX-512 draw: the largest low half, compared once at the end.
+        let mut highest = _mm256_setzero_si256();
         let mut place = Placement::new(lengths);
         for block in 0..place.blocks {
             let mut eight = [_mm256_setzero_si256(); 2];
@@ -377,16 +429,15 @@ mod avx2 {
                         _mm256_or_si256(_mm256_slli_epi64::<45>(*s3), _mm256_srli_epi64::<19>(*s3));
                     // The upper half as rand's `u32` draw, times the range.
                     let product = _mm256_mul_epu32(_mm256_srli_epi64::<32>(result), range);
-                    let kept_above = _mm256_cmpgt_epi64(_mm256_and_si256(product, low_half), zone);
-                    outside = _mm256_or_si256(outside, kept_above);
-                    let letter = _mm256_add_epi64(_mm256_srli_epi64::<32>(product), a);
-                    // Eight letters per lane, the first in the lowest byte.
+                    highest = _mm256_max_epu32(highest, product);
+                    // Eight letter indices per lane, the first in the lowest byte.
                     eight[h] = _mm256_or_si256(
                         _mm256_srli_epi64::<8>(eight[h]),
-                        _mm256_slli_epi64::<56>(letter),
+                        _mm256_and_si256(_mm256_slli_epi64::<24>(product), top_byte),
                     );
                 }
             }
+            let eight = eight.map(|e| _mm256_add_epi8(e, a));
             let words = [
                 _mm256_extract_epi64::<0>(eight[0]),
                 _mm256_extract_epi64::<1>(eight[0]),
@@ -402,7 +453,9 @@ mod avx2 {
             }
         }
         place.finish(out);
-        _mm256_testz_si256(outside, outside) == 1
+        // Every 32-bit lane at most the zone: its minimum with the zone is itself.
+        let within = _mm256_cmpeq_epi32(_mm256_min_epu32(highest, zone), highest);
+        _mm256_movemask_epi8(within) == -1
     }
 }
 
@@ -424,12 +477,30 @@ mod tests {
             for i in 0..2_000usize {
                 match i % 6 {
                     0 => assert_eq!(ours.letter(), rands.gen_range(b'a'..=b'z')),
-                    1 => assert_eq!(ours.gen_range(0..i + 1), rands.gen_range(0..i + 1)),
-                    2 => assert_eq!(ours.gen::<f32>(), rands.gen::<f32>()),
-                    3 => assert_eq!(
-                        [1, 2, 3, 4, 5].choose(&mut ours),
-                        [1, 2, 3, 4, 5].choose(&mut rands)
-                    ),
+                    1 => {
+                        assert_eq!(ours.gen_range(0..i + 1), rands.gen_range(0..i + 1));
+                        // Ranges near powers of two and far from them (where the zone
+                        // rejects most often), and the largest.
+                        let n =
+                            [i + 1, 1 << (i % 64), (1 << (i % 63)) + 1, usize::MAX - i][i / 6 % 4];
+                        assert_eq!(ours.below(n), rands.gen_range(0..n), "below({n})");
+                    }
+                    2 => {
+                        assert_eq!(ours.gen::<f32>(), rands.gen::<f32>());
+                        assert_eq!(ours.unit_f32(), rands.gen::<f32>());
+                    }
+                    3 => {
+                        assert_eq!(
+                            [1, 2, 3, 4, 5].choose(&mut ours),
+                            [1, 2, 3, 4, 5].choose(&mut rands)
+                        );
+                        // rand's `choose` draws `gen_range(0..n as u32)` (its `gen_index`).
+                        let n = [i + 1, 3, 1 << (i % 32), u32::MAX as usize - i][i / 6 % 4];
+                        assert_eq!(ours.index(n), rands.gen_range(0..n as u32) as usize);
+                        let slice: Vec<usize> = (0..i % 50 + 1).collect();
+                        let ours = Some(&slice[ours.index(slice.len())]);
+                        assert_eq!(ours, slice.choose(&mut rands));
+                    }
                     4 => {
                         // A remainder of more than 4 bytes, then of 4.
                         let (mut a, mut b) = ([0u8; 13], [0u8; 13]);
@@ -516,6 +587,23 @@ mod tests {
                 assert!(unsafe { avx512::draw(&state, &lengths, &mut out) });
                 out.truncate(total);
                 assert_eq!(out, want, "{lengths:?}");
+            }
+        }
+        // One lane's first draw falls outside the zone: both draws report it, whichever lane.
+        for lane in [0, 3, LANES - 1] {
+            let mut state = state;
+            let (rejects, _) = rejecting(lane as u64);
+            for (word, value) in state.iter_mut().zip(rejects.s) {
+                word[lane] = value;
+            }
+            let mut out = vec![0; 16 * LANES + SLACK];
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the processor has AVX2.
+                assert!(!unsafe { avx2::draw(&state, &[16; LANES], &mut out) });
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the processor has AVX-512F.
+                assert!(!unsafe { avx512::draw(&state, &[16; LANES], &mut out) });
             }
         }
     }
