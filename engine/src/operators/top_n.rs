@@ -572,17 +572,17 @@ impl Operator for TopNOperator {
                         .filter(|p| !self.cache.contains(p)),
                 )?;
                 for (p, added) in chunk {
-                    let (top, dirty) = self.cache.take(&p, || {
+                    let taken = self.cache.take(&p, || {
                         read.remove(&p).ok_or_else(|| {
                             EngineError::Internal("Top-N partition neither cached nor read".into())
                         })
                     })?;
-                    let next = self.merged(&top, added);
+                    let next = self.merged(&taken.top, added);
                     if updating {
-                        self.changes(&top, &next, &mut emits)?;
+                        self.changes(&taken.top, &next, &mut emits)?;
                     }
-                    let changed = next != top;
-                    self.cache.put(p, next, dirty || changed);
+                    let dirty = taken.dirty || next != taken.top;
+                    self.cache.put(p, next, dirty, taken.absent);
                 }
             }
             self.cache.trim(store.as_ref())?;
