@@ -581,8 +581,7 @@ impl Operator for TopNOperator {
                     if updating {
                         self.changes(&taken.top, &next, &mut emits)?;
                     }
-                    let dirty = taken.dirty || next != taken.top;
-                    self.cache.put(p, next, dirty, taken.absent);
+                    self.cache.put(p, taken, next);
                 }
             }
             self.cache.trim(store.as_ref())?;
