@@ -118,7 +118,9 @@ impl Taken {
     }
 
     /// Queues the writes that make the store hold `top` (as [`Taken::stored`] then says).
-    fn write(&mut self, prefix: &[u8], writes: &mut ChunkedWrites) -> Result<()> {
+    /// `keep`: the partition stays cached (its keys are copied into the writes); otherwise
+    /// they are moved there, leaving `top`'s keys empty.
+    fn write(&mut self, prefix: &[u8], writes: &mut ChunkedWrites, keep: bool) -> Result<()> {
         if self.tracked {
             for key in std::mem::take(&mut self.gone) {
                 let end = just_after(&key);
@@ -127,9 +129,10 @@ impl Taken {
         } else {
             writes.delete_range(prefix.to_vec(), prefix_end(prefix))?;
         }
-        for (i, (k, count)) in self.top.iter().enumerate() {
+        for (i, (k, count)) in self.top.iter_mut().enumerate() {
             if !self.tracked || i >= TRACKED || self.stored >> i & 1 == 0 {
-                writes.put(k.clone(), count.to_le_bytes().to_vec())?;
+                let key = if keep { k.clone() } else { std::mem::take(k) };
+                writes.put(key, count.to_le_bytes().to_vec())?;
             }
         }
         self.dirty = false;
@@ -212,7 +215,7 @@ impl TopCache {
         let mut bytes = 0;
         for (prefix, part) in self.parts.iter_mut() {
             if part.dirty {
-                part.write(prefix, &mut writes)?;
+                part.write(prefix, &mut writes, true)?;
             }
             bytes += part.size(prefix);
         }
@@ -220,8 +223,8 @@ impl TopCache {
         writes.finish()
     }
 
-    /// Past the budget: writes every change and empties the cache (freeing the map's table
-    /// too).
+    /// Past the budget: writes every change and empties the cache (moving the rows into the
+    /// writes instead of copying them, and freeing the map's table too).
     pub fn trim(&mut self, store: &dyn StateBackend) -> Result<()> {
         if self.bytes <= self.budget {
             return Ok(());
@@ -230,7 +233,7 @@ impl TopCache {
         let mut writes = ChunkedWrites::new(store);
         for (prefix, mut part) in std::mem::take(&mut self.parts) {
             if part.dirty {
-                part.write(&prefix, &mut writes)?;
+                part.write(&prefix, &mut writes, false)?;
             }
         }
         writes.finish()
