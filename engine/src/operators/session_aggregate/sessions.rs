@@ -28,7 +28,7 @@ use datafusion::common::{HashMap, HashSet};
 use crate::error::{EngineError, Result};
 use crate::message::EventTime;
 use crate::operators::group_aggregate::state::{ordered, GroupState};
-use crate::state::{just_after, ChunkedWrites, StateHandle, WriteBatch};
+use crate::state::{just_after, same_bytes, ChunkedWrites, KeyBytes, StateHandle, WriteBatch};
 
 /// First byte of a key's stored sessions.
 const KEY_TAG: u8 = b'k';
@@ -172,7 +172,7 @@ impl OpenSessions {
 
     /// Whether `key`'s sessions are in memory (or nothing of it is stored).
     pub fn holds(&self, key: &[u8]) -> bool {
-        !self.spilled || self.keys.contains_key(key)
+        !self.spilled || self.keys.contains_key(&KeyBytes(key))
     }
 
     fn entry_key(&self, key: &[u8]) -> Vec<u8> {
@@ -262,10 +262,14 @@ impl OpenSessions {
         if !self.holds(key) {
             self.load([key])?;
         }
-        let entry = self.keys.entry_ref(key).or_insert_with(|| {
+        if !self.keys.contains_key(&KeyBytes(key)) {
+            self.keys.insert(key.to_vec(), KeySessions::default());
             self.bytes += KEY_BYTES + key.len();
-            KeySessions::default()
-        });
+        }
+        let entry = self
+            .keys
+            .get_mut(&KeyBytes(key))
+            .ok_or_else(|| EngineError::Internal("a key lost its sessions".into()))?;
         let placed = place_row(
             &mut entry.open,
             row,
@@ -279,7 +283,7 @@ impl OpenSessions {
         }
         let Some((start, retimed)) = placed else {
             if entry.open.is_empty() && !entry.stored {
-                self.keys.remove(key);
+                self.keys.remove(&KeyBytes(key));
                 self.bytes -= KEY_BYTES + key.len();
             }
             return Ok(false);
@@ -577,7 +581,10 @@ fn remove_timer(
     let Some(list) = timers.get_mut(&end) else {
         return;
     };
-    if let Some(i) = list.iter().position(|(k, s)| *s == start && k == key) {
+    if let Some(i) = list
+        .iter()
+        .position(|(k, s)| *s == start && same_bytes(k, key))
+    {
         list.swap_remove(i);
         *bytes = bytes.saturating_sub(TIMER_BYTES + key.len());
     }
