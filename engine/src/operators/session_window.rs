@@ -28,7 +28,9 @@
 //!   restore rebuilds it from the rows.
 //! - at end: the watermark +infinity places every waiting row and fires every session.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use datafusion::common::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray, UInt32Array};
@@ -48,6 +50,7 @@ use crate::operator::{Operator, Output};
 use crate::operators::windowed::{
     split_by_window, BufferedRows, KeyedRows, LaneState, OpenWindows, PartRoute,
 };
+use crate::state::{cmp_bytes, KeyBytes};
 use crate::window::WINDOW_TIME_BEFORE_END;
 
 /// Rows waiting for the watermark to pass their own watermark, under `W_r + 1`.
@@ -155,7 +158,7 @@ impl SessionWindowOperator {
         let mut kept = LateRows::default();
         let mut placed = Vec::with_capacity(order.len());
         for i in order {
-            let sessions = self.sessions.entry(r.keys[i].clone()).or_default();
+            let sessions = sessions_of(&mut self.sessions, &r.keys[i])?;
             if merge(sessions, r.times[i], gap, r.watermarks[i]) {
                 placed.push(i);
             } else {
@@ -164,7 +167,7 @@ impl SessionWindowOperator {
                     kept.push(i, r.watermarks[i], SESSION_CLOSED);
                 }
                 if sessions.is_empty() {
-                    self.sessions.remove(&r.keys[i]);
+                    self.sessions.remove(&KeyBytes(&r.keys[i]));
                 }
             }
         }
@@ -181,7 +184,7 @@ impl SessionWindowOperator {
     /// The session holding a placed row.
     fn session_of(&self, key: &[u8], t: EventTime) -> Result<(EventTime, EventTime)> {
         self.sessions
-            .get(key)
+            .get(&KeyBytes(key))
             .and_then(|s| s.range(..=t).next_back())
             .filter(|(_, &end)| t < end)
             .map(|(&start, &end)| (start, end))
@@ -208,10 +211,10 @@ impl SessionWindowOperator {
             }
         }
         for (i, s) in closed {
-            if let Some(sessions) = self.sessions.get_mut(&r.keys[i]) {
+            if let Some(sessions) = self.sessions.get_mut(&KeyBytes(&r.keys[i])) {
                 sessions.remove(&s);
                 if sessions.is_empty() {
-                    self.sessions.remove(&r.keys[i]);
+                    self.sessions.remove(&KeyBytes(&r.keys[i]));
                 }
             }
         }
@@ -253,9 +256,9 @@ impl SessionWindowOperator {
         let rows = concat_batches(self.part.schema(), &parts)?;
         let r = self.read(&rows)?;
         let mut order: Vec<usize> = (0..rows.num_rows()).collect();
-        order.sort_by(|&a, &b| (&r.keys[a], r.times[a]).cmp(&(&r.keys[b], r.times[b])));
+        order.sort_by(|&a, &b| cmp_bytes(&r.keys[a], &r.keys[b]).then(r.times[a].cmp(&r.times[b])));
         for i in order {
-            let sessions = self.sessions.entry(r.keys[i].clone()).or_default();
+            let sessions = sessions_of(&mut self.sessions, &r.keys[i])?;
             // In time order, a row extends the key's last session or starts one.
             merge(sessions, r.times[i], self.spec.gap, EventTime::MIN);
         }
@@ -335,6 +338,19 @@ pub(super) fn read_part(
             .collect(),
         watermarks: nanos(spec.window_start)?,
     })
+}
+
+/// The sessions of `key`, made empty if it has none. Looked up as [`KeyBytes`]: a session
+/// window without keys holds one empty key, compared once per row.
+fn sessions_of<'m>(
+    map: &'m mut HashMap<Vec<u8>, Sessions>,
+    key: &[u8],
+) -> Result<&'m mut Sessions> {
+    if !map.contains_key(&KeyBytes(key)) {
+        map.insert(key.to_vec(), Sessions::default());
+    }
+    map.get_mut(&KeyBytes(key))
+        .ok_or_else(|| EngineError::Internal("a key lost its sessions".into()))
 }
 
 /// The order rows are judged in: increasing `W_r`, then decreasing event time.

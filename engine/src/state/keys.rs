@@ -60,6 +60,16 @@ pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && (a.is_empty() || a == b)
 }
 
+/// How two byte strings sort, without `memcmp` when one is empty (see [`same_bytes`]).
+#[inline]
+pub fn cmp_bytes(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    if a.is_empty() || b.is_empty() {
+        a.len().cmp(&b.len())
+    } else {
+        a.cmp(b)
+    }
+}
+
 /// A key looked up in a hash map of `Vec<u8>` keys with [`same_bytes`] (hashed as the
 /// `Vec` is, so lookups by it find what was inserted by `Vec`).
 #[derive(Debug, Clone, Copy, Hash)]
@@ -92,6 +102,15 @@ mod tests {
         assert!(same_bytes(&[1, 2], &[1, 2]));
         assert!(!same_bytes(&[1, 2], &[1, 3]));
         assert!(!same_bytes(&[], &[0]));
+        use std::cmp::Ordering::*;
+        for (a, b, o) in [
+            (&[][..], &[][..], Equal),
+            (&[], &[0], Less),
+            (&[1], &[], Greater),
+        ] {
+            assert_eq!((cmp_bytes(a, b), a.cmp(b)), (o, o));
+        }
+        assert_eq!(cmp_bytes(&[1, 2], &[1, 3]), Less);
         let mut map: hashbrown::HashMap<Vec<u8>, u32> = hashbrown::HashMap::new();
         map.insert(Vec::new(), 1);
         map.insert(vec![0], 2);
