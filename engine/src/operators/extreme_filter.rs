@@ -122,12 +122,15 @@ impl OperatorFactory for ExtremeFilterSpec {
 const PASS: u32 = u32::MAX;
 const DROP: u32 = u32::MAX - 1;
 
+/// A window end and the group key row within it (`None` without group keys).
+type Group = (EventTime, Option<Box<[u8]>>);
+
 pub struct ExtremeFilterOperator {
     spec: Arc<ExtremeFilterSpec>,
     converter: Option<RowConverter>,
     /// The most extreme value seen per (window end, group key row); no key row without
     /// group keys.
-    bounds: HashMap<(EventTime, Option<Box<[u8]>>), i64>,
+    bounds: HashMap<Group, i64>,
     watermark: EventTime,
 }
 
