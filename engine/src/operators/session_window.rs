@@ -340,14 +340,18 @@ pub(super) fn read_part(
     })
 }
 
-/// The sessions of `key`, made empty if it has none. Looked up as [`KeyBytes`]: a session
-/// window without keys holds one empty key, compared once per row.
+/// The sessions of `key`, made empty if it has none: one lookup. The empty key (a session
+/// window without keys, one lookup per row) is looked up as [`KeyBytes`], which compares it
+/// without `memcmp`.
 fn sessions_of<'m>(
     map: &'m mut HashMap<Vec<u8>, Sessions>,
     key: &[u8],
 ) -> Result<&'m mut Sessions> {
+    if !key.is_empty() {
+        return Ok(map.entry_ref(key).or_default());
+    }
     if !map.contains_key(&KeyBytes(key)) {
-        map.insert(key.to_vec(), Sessions::default());
+        map.insert(Vec::new(), Sessions::default());
     }
     map.get_mut(&KeyBytes(key))
         .ok_or_else(|| EngineError::Internal("a key lost its sessions".into()))

@@ -262,14 +262,7 @@ impl OpenSessions {
         if !self.holds(key) {
             self.load([key])?;
         }
-        if !self.keys.contains_key(&KeyBytes(key)) {
-            self.keys.insert(key.to_vec(), KeySessions::default());
-            self.bytes += KEY_BYTES + key.len();
-        }
-        let entry = self
-            .keys
-            .get_mut(&KeyBytes(key))
-            .ok_or_else(|| EngineError::Internal("a key lost its sessions".into()))?;
+        let entry = key_sessions(&mut self.keys, &mut self.bytes, key)?;
         let placed = place_row(
             &mut entry.open,
             row,
@@ -558,6 +551,27 @@ impl OpenSessions {
         self.spilled = true;
         Ok(())
     }
+}
+
+/// The sessions of `key`, made empty (and counted in `bytes`) if it has none: one lookup.
+/// The empty key (no keys) is looked up as [`KeyBytes`], which compares it without `memcmp`.
+fn key_sessions<'m>(
+    keys: &'m mut HashMap<Vec<u8>, KeySessions>,
+    bytes: &mut usize,
+    key: &[u8],
+) -> Result<&'m mut KeySessions> {
+    let mut made = || {
+        *bytes += KEY_BYTES + key.len();
+        KeySessions::default()
+    };
+    if !key.is_empty() {
+        return Ok(keys.entry_ref(key).or_insert_with(made));
+    }
+    if !keys.contains_key(&KeyBytes(key)) {
+        keys.insert(Vec::new(), made());
+    }
+    keys.get_mut(&KeyBytes(key))
+        .ok_or_else(|| EngineError::Internal("a key lost its sessions".into()))
 }
 
 fn add_timer(
