@@ -153,11 +153,9 @@ impl ExtremeFilterOperator {
             }
             None => None,
         };
-        // Without group keys a group is its window alone: `None`, not an empty row. Equal
-        // empty slices are compared by `memcmp` through their dangling pointers, and glibc's
-        // AVX-512 `memcmp` loads through them under a zero mask, which costs a microcode
-        // assist (about 80 ns per comparison here; profiled on Nexmark q7, the comparisons of
-        // empty keys were more than half of the job's CPU).
+        // Without group keys a group is its window alone: `None`, not an empty row (comparing
+        // empty rows costs a microcode assist each, see `state::same_bytes`; on Nexmark q7
+        // that was more than half of the job's CPU).
         let key = |row: usize| keys.as_ref().map(|k| k.row(row).data());
         let extreme = self.spec.extreme;
         // Pass 1: each row's group (a slot of `best`), the groups' bounds raised by the batch.

@@ -29,8 +29,6 @@
 //! - at end: the watermark +infinity places every waiting row and fires every session.
 
 use std::collections::BTreeMap;
-
-use datafusion::common::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, TimestampNanosecondArray, UInt32Array};
@@ -38,6 +36,7 @@ use datafusion::arrow::compute::{concat_batches, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::HashMap;
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::error::{EngineError, Result};

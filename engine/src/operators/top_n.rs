@@ -533,9 +533,9 @@ impl Operator for TopNOperator {
         let mut deltas: Vec<HashMap<Vec<u8>, i64>> = Vec::new();
         let mut index: HashMap<&[u8], usize> = HashMap::default();
         for (r, part) in parts.iter().enumerate() {
-            // Without partition keys every row is in the one partition. Its empty key is not
-            // looked up: equal empty slices are compared by `memcmp` through dangling
-            // pointers, which costs a microcode assist per row (see `ExtremeFilter`).
+            // Without partition keys every row is in the one partition, and its empty key is
+            // not looked up (comparing empty keys costs a microcode assist each, see
+            // `state::same_bytes`).
             let p = match (&self.keys, prefixes.is_empty()) {
                 (None, false) => 0,
                 _ => *index.entry(part.as_slice()).or_insert_with(|| {
