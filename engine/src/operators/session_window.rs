@@ -49,7 +49,7 @@ use crate::operator::{Operator, Output};
 use crate::operators::windowed::{
     split_by_window, BufferedRows, KeyedRows, LaneState, OpenWindows, PartRoute,
 };
-use crate::state::{cmp_bytes, KeyBytes};
+use crate::state::{cmp_bytes, value_of, KeyBytes};
 use crate::window::WINDOW_TIME_BEFORE_END;
 
 /// Rows waiting for the watermark to pass their own watermark, under `W_r + 1`.
@@ -157,7 +157,7 @@ impl SessionWindowOperator {
         let mut kept = LateRows::default();
         let mut placed = Vec::with_capacity(order.len());
         for i in order {
-            let sessions = sessions_of(&mut self.sessions, &r.keys[i])?;
+            let sessions = value_of(&mut self.sessions, &r.keys[i], Sessions::default)?;
             if merge(sessions, r.times[i], gap, r.watermarks[i]) {
                 placed.push(i);
             } else {
@@ -257,7 +257,7 @@ impl SessionWindowOperator {
         let mut order: Vec<usize> = (0..rows.num_rows()).collect();
         order.sort_by(|&a, &b| cmp_bytes(&r.keys[a], &r.keys[b]).then(r.times[a].cmp(&r.times[b])));
         for i in order {
-            let sessions = sessions_of(&mut self.sessions, &r.keys[i])?;
+            let sessions = value_of(&mut self.sessions, &r.keys[i], Sessions::default)?;
             // In time order, a row extends the key's last session or starts one.
             merge(sessions, r.times[i], self.spec.gap, EventTime::MIN);
         }
@@ -337,23 +337,6 @@ pub(super) fn read_part(
             .collect(),
         watermarks: nanos(spec.window_start)?,
     })
-}
-
-/// The sessions of `key`, made empty if it has none: one lookup. The empty key (a session
-/// window without keys, one lookup per row) is looked up as [`KeyBytes`], which compares it
-/// without `memcmp`.
-fn sessions_of<'m>(
-    map: &'m mut HashMap<Vec<u8>, Sessions>,
-    key: &[u8],
-) -> Result<&'m mut Sessions> {
-    if !key.is_empty() {
-        return Ok(map.entry_ref(key).or_default());
-    }
-    if !map.contains_key(&KeyBytes(key)) {
-        map.insert(Vec::new(), Sessions::default());
-    }
-    map.get_mut(&KeyBytes(key))
-        .ok_or_else(|| EngineError::Internal("a key lost its sessions".into()))
 }
 
 /// The order rows are judged in: increasing `W_r`, then decreasing event time.

@@ -81,6 +81,23 @@ impl hashbrown::Equivalent<Vec<u8>> for KeyBytes<'_> {
     }
 }
 
+/// The value under `key` in `map`, made by `make` if there is none. A non-empty key takes one
+/// lookup; the empty key is looked up as [`KeyBytes`] (two lookups when made).
+pub fn value_of<'m, V, S: std::hash::BuildHasher>(
+    map: &'m mut hashbrown::HashMap<Vec<u8>, V, S>,
+    key: &[u8],
+    make: impl FnOnce() -> V,
+) -> crate::error::Result<&'m mut V> {
+    if !key.is_empty() {
+        return Ok(map.entry_ref(key).or_insert_with(make));
+    }
+    if !map.contains_key(&KeyBytes(key)) {
+        map.insert(Vec::new(), make());
+    }
+    map.get_mut(&KeyBytes(key))
+        .ok_or_else(|| crate::error::EngineError::Internal("a key's value was lost".into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +136,11 @@ mod tests {
         assert_eq!(map.get(&KeyBytes(&[0])), Some(&2));
         assert_eq!(map.get(&KeyBytes(&[7, 8])), Some(&3));
         assert_eq!(map.get(&KeyBytes(&[7])), None);
+        *value_of(&mut map, &[], || 0).unwrap() += 10;
+        *value_of(&mut map, &[9], || 4).unwrap() += 10;
+        assert_eq!(map.get(&KeyBytes(&[])), Some(&11));
+        assert_eq!(map.get(&KeyBytes(&[9])), Some(&14));
+        map.insert(Vec::new(), 1);
         assert_eq!(map.remove(&KeyBytes(&[])), Some(1));
         assert_eq!(map.get(&KeyBytes(&[])), None);
     }

@@ -21,7 +21,9 @@ pub mod ttl;
 pub use chunked::ChunkedWrites;
 pub use handle::{RestoreSet, StateHandle, TaskState};
 pub use ipc::{decode_batch, decode_batches, encode_batch, encode_batches_to};
-pub use keys::{add_counters, cmp_bytes, count_of, just_after, prefix_end, same_bytes, KeyBytes};
+pub use keys::{
+    add_counters, cmp_bytes, count_of, just_after, prefix_end, same_bytes, value_of, KeyBytes,
+};
 pub use parts::{is_part_file, sync_parts, PartFiles, PartRef};
 pub use rescale::copy_routed;
 pub use ttl::KeyExpiry;

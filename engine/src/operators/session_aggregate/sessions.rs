@@ -28,7 +28,9 @@ use datafusion::common::{HashMap, HashSet};
 use crate::error::{EngineError, Result};
 use crate::message::EventTime;
 use crate::operators::group_aggregate::state::{ordered, GroupState};
-use crate::state::{just_after, same_bytes, ChunkedWrites, KeyBytes, StateHandle, WriteBatch};
+use crate::state::{
+    just_after, same_bytes, value_of, ChunkedWrites, KeyBytes, StateHandle, WriteBatch,
+};
 
 /// First byte of a key's stored sessions.
 const KEY_TAG: u8 = b'k';
@@ -262,7 +264,11 @@ impl OpenSessions {
         if !self.holds(key) {
             self.load([key])?;
         }
-        let entry = key_sessions(&mut self.keys, &mut self.bytes, key)?;
+        let bytes = &mut self.bytes;
+        let entry = value_of(&mut self.keys, key, || {
+            *bytes += KEY_BYTES + key.len();
+            KeySessions::default()
+        })?;
         let placed = place_row(
             &mut entry.open,
             row,
@@ -551,27 +557,6 @@ impl OpenSessions {
         self.spilled = true;
         Ok(())
     }
-}
-
-/// The sessions of `key`, made empty (and counted in `bytes`) if it has none: one lookup.
-/// The empty key (no keys) is looked up as [`KeyBytes`], which compares it without `memcmp`.
-fn key_sessions<'m>(
-    keys: &'m mut HashMap<Vec<u8>, KeySessions>,
-    bytes: &mut usize,
-    key: &[u8],
-) -> Result<&'m mut KeySessions> {
-    let mut made = || {
-        *bytes += KEY_BYTES + key.len();
-        KeySessions::default()
-    };
-    if !key.is_empty() {
-        return Ok(keys.entry_ref(key).or_insert_with(made));
-    }
-    if !keys.contains_key(&KeyBytes(key)) {
-        keys.insert(Vec::new(), made());
-    }
-    keys.get_mut(&KeyBytes(key))
-        .ok_or_else(|| EngineError::Internal("a key lost its sessions".into()))
 }
 
 fn add_timer(
