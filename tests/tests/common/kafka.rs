@@ -43,31 +43,43 @@ pub struct Broker {
 
 impl Broker {
     pub fn start() -> Self {
-        let port = free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(tansu_binary())
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-                "--storage-engine",
-                "memory://tansu/",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tansu");
-        let broker = Broker { child, port };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if Cluster::connect(&broker.bootstrap(), "weir-test", Duration::from_secs(2)).is_ok() {
-                return broker;
+        // The port is free when picked but may be taken before tansu binds it; tansu then
+        // exits, and another port is tried.
+        for _ in 0..5 {
+            let port = free_port();
+            let url = format!("tcp://127.0.0.1:{port}");
+            let child = Command::new(tansu_binary())
+                .args([
+                    "broker",
+                    "--listener-url",
+                    &url,
+                    "--advertised-listener-url",
+                    &url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start tansu");
+            let mut broker = Broker { child, port };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = broker.child.try_wait() {
+                    break;
+                }
+                if Cluster::connect(&broker.bootstrap(), "weir-test", Duration::from_secs(2))
+                    .is_ok()
+                {
+                    return broker;
+                }
+                std::thread::sleep(Duration::from_millis(100));
             }
-            std::thread::sleep(Duration::from_millis(100));
+            if broker.child.try_wait().ok().flatten().is_none() {
+                panic!("tansu did not answer on port {port} within 20 s");
+            }
         }
-        panic!("tansu did not answer on port {port} within 20 s");
+        panic!("tansu exited at start on 5 ports in a row");
     }
 
     pub fn bootstrap(&self) -> String {

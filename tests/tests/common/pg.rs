@@ -95,31 +95,41 @@ impl PgServer {
             "initdb: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let port = free_port();
-        let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_prepared_transactions={max_prepared_transactions} -c fsync=off",
-            dir.path().display()
-        );
+        // The port is free when picked but may be taken (by another test's server or
+        // listener) before the postmaster binds it: pick another then.
         let log = dir.path().join("log");
-        let out = run(
-            &bin.join("pg_ctl"),
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-o",
-                &options,
-                "-l",
-                log.to_str().unwrap(),
-                "-w",
-                "start",
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "pg_ctl start: {} {}",
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        let mut attempt = 0;
+        let port = loop {
+            attempt += 1;
+            let port = free_port();
+            let options = format!(
+                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_prepared_transactions={max_prepared_transactions} -c fsync=off",
+                dir.path().display()
+            );
+            let _ = std::fs::remove_file(&log);
+            let out = run(
+                &bin.join("pg_ctl"),
+                &[
+                    "-D",
+                    data.to_str().unwrap(),
+                    "-o",
+                    &options,
+                    "-l",
+                    log.to_str().unwrap(),
+                    "-w",
+                    "start",
+                ],
+            );
+            if out.status.success() {
+                break port;
+            }
+            let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(
+                attempt < 5 && log_text.contains("Address already in use"),
+                "pg_ctl start: {} {log_text}",
+                String::from_utf8_lossy(&out.stderr),
+            );
+        };
         Self {
             dir,
             bin,
