@@ -301,9 +301,9 @@ impl Restore {
     }
 }
 
-/// Copies a RocksDB checkpoint: SST files are immutable, so they are hard-linked; the rest
-/// (manifest, options, log) is copied.
-fn link_copy(from: &Path, to: &Path) -> Result<()> {
+/// Copies a RocksDB checkpoint: SST and blob files are immutable, so they are hard-linked;
+/// the rest (manifest, options, log) is copied.
+pub(crate) fn link_copy(from: &Path, to: &Path) -> Result<()> {
     let io = |what: &str, p: &Path, e| EngineError::io(format!("{what} '{}'", p.display()), e);
     std::fs::create_dir_all(to).map_err(|e| io("cannot create", to, e))?;
     let entries = std::fs::read_dir(from).map_err(|e| io("cannot read", from, e))?;
@@ -312,7 +312,8 @@ fn link_copy(from: &Path, to: &Path) -> Result<()> {
         let src = entry.path();
         let dst = to.join(entry.file_name());
         // Part files too: a restored store never appends to them (it writes new files).
-        let immutable = src.extension().is_some_and(|e| e == "sst") || is_part_file(&src);
+        let immutable =
+            src.extension().is_some_and(|e| e == "sst" || e == "blob") || is_part_file(&src);
         let linked = immutable && std::fs::hard_link(&src, &dst).is_ok();
         if !linked {
             std::fs::copy(&src, &dst).map_err(|e| io("cannot copy", &src, e))?;
