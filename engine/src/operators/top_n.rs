@@ -189,6 +189,28 @@ pub struct TopNOperator {
 /// A row of the output: its rank encoding, its number and change kind.
 type Emit = (Vec<u8>, u64, Op);
 
+/// A partition's changes in one batch: (store key, net change), in key order, each key once
+/// (after [`consolidate`]).
+type Delta = Vec<(Vec<u8>, i64)>;
+
+/// Sorts a partition's changes by key and sums those of one key. Most partitions get one
+/// row per batch; a map per partition cost an allocation and a hash of the whole row each
+/// (Nexmark q18).
+fn consolidate(delta: &mut Delta) {
+    if delta.len() < 2 {
+        return;
+    }
+    delta.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut out: Delta = Vec::with_capacity(delta.len());
+    for (key, change) in delta.drain(..) {
+        match out.last_mut() {
+            Some((last, sum)) if *last == key => *sum += change,
+            _ => out.push((key, change)),
+        }
+    }
+    *delta = out;
+}
+
 impl TopNOperator {
     fn keys(&self) -> Keys<'_> {
         Keys {
@@ -237,19 +259,35 @@ impl TopNOperator {
 
     /// Append-only input: a partition's top rows after the batch's rows `added` (keys and
     /// counts) joined its top rows `before`.
-    fn merged(&self, before: &Top, added: &HashMap<Vec<u8>, i64>) -> Top {
-        let mut all: std::collections::BTreeMap<&[u8], i64> =
-            before.iter().map(|(k, c)| (k.as_slice(), *c)).collect();
-        for (k, c) in added {
-            *all.entry(k).or_default() += c;
-        }
+    fn merged(&self, before: &Top, added: &Delta) -> Top {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        // Both lists are in key order, each key once: one walk over both, copying only the
+        // keys kept.
+        let (mut b, mut a) = (before.iter().peekable(), added.iter().peekable());
         let mut rows = Vec::new();
         let mut seen = 0u64;
-        for (k, count) in all.into_iter().filter(|(_, c)| *c > 0) {
-            rows.push((k.to_vec(), count));
-            seen = seen.saturating_add(count as u64);
-            if seen >= self.spec.last {
-                break;
+        loop {
+            let order = match (b.peek(), a.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Less,
+                (None, Some(_)) => Greater,
+                (Some((kb, _)), Some((ka, _))) => kb.cmp(ka),
+            };
+            let next = match order {
+                Less => b.next().map(|(k, c)| (k, *c)),
+                Greater => a.next().map(|(k, c)| (k, *c)),
+                Equal => b
+                    .next()
+                    .zip(a.next())
+                    .map(|((k, cb), (_, ca))| (k, cb + ca)),
+            };
+            let Some((key, count)) = next else { break };
+            if count > 0 {
+                rows.push((key.clone(), count));
+                seen = seen.saturating_add(count as u64);
+                if seen >= self.spec.last {
+                    break;
+                }
             }
         }
         rows
@@ -278,7 +316,7 @@ impl TopNOperator {
     fn write_through(
         &self,
         prefixes: &[Vec<u8>],
-        deltas: &[HashMap<Vec<u8>, i64>],
+        deltas: &[Delta],
         updating: bool,
         store: &dyn StateBackend,
     ) -> Result<(Vec<Top>, Vec<Top>)> {
@@ -530,7 +568,7 @@ impl Operator for TopNOperator {
 
         // Net change per stored row, by partition in order of first appearance.
         let mut prefixes: Vec<Vec<u8>> = Vec::new();
-        let mut deltas: Vec<HashMap<Vec<u8>, i64>> = Vec::new();
+        let mut deltas: Vec<Delta> = Vec::new();
         let mut index: HashMap<&[u8], usize> = HashMap::default();
         for (r, part) in parts.iter().enumerate() {
             // Without partition keys every row is in the one partition, and its empty key is
@@ -540,14 +578,15 @@ impl Operator for TopNOperator {
                 (None, false) => 0,
                 _ => *index.entry(part.as_slice()).or_insert_with(|| {
                     prefixes.push(self.keys().rows(part));
-                    deltas.push(HashMap::default());
+                    deltas.push(Delta::new());
                     prefixes.len() - 1
                 }),
             };
             let mut key = prefixes[p].clone();
             key.extend_from_slice(ranked.row(r).data());
-            *deltas[p].entry(key).or_default() += signs[r];
+            deltas[p].push((key, signs[r]));
         }
+        deltas.iter_mut().for_each(consolidate);
         let updating = self.spec.updating();
         let mut emits: Vec<Emit> = Vec::new();
         if self.spec.input_updating {
@@ -642,5 +681,27 @@ impl Operator for TopNOperator {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod consolidate_tests {
+    use super::*;
+
+    #[test]
+    fn changes_of_one_key_are_summed_and_keys_come_out_sorted() {
+        let k = |s: &str| s.as_bytes().to_vec();
+        let mut delta: Delta = vec![
+            (k("b"), 1),
+            (k("a"), 1),
+            (k("b"), -1),
+            (k("c"), 2),
+            (k("a"), 1),
+        ];
+        consolidate(&mut delta);
+        assert_eq!(delta, vec![(k("a"), 2), (k("b"), 0), (k("c"), 2)]);
+        let mut one: Delta = vec![(k("z"), -1)];
+        consolidate(&mut one);
+        assert_eq!(one, vec![(k("z"), -1)]);
     }
 }
