@@ -8,10 +8,14 @@
 //!   parallelism `WEIR_BENCH_PARALLELISM` (default 2), with as many source partitions, and
 //!   the session's `memory_budget` (`WEIR_BENCH_BUDGET=64MB` for another) and `mini_batch`
 //!   (`WEIR_BENCH_MINI_BATCH=1s` to apply the updating GROUP BYs' input in mini-batches);
-//! - from two sources (`WEIR_BENCH_SOURCE=file`, `generator` or `both`, the default): "file"
-//!   reads events files the bench writes once (Arrow IPC, the source's `events_file` option,
-//!   decoded in place from the mapped file), so the query is timed without the generator;
-//!   "gen" generates the events as it goes (the source's Arrow generator), as a user's job does;
+//! - from three sources (`WEIR_BENCH_SOURCE=mem`, `file`, `generator`, or a list such as
+//!   `mem,generator`; all three by default): "mem" reads the events files the bench writes
+//!   once (Arrow IPC) into memory before the clock starts (`preload_events_file`: decoded and
+//!   checked), so the query is timed alone, over events in memory as DataFusion's are (its
+//!   peak resident set leaves the events out); "file" reads the same files as the job runs
+//!   (the source's `events_file` option, decoded in place from the mapped file, each batch
+//!   checked); "gen" generates the events as it goes (the source's Arrow generator), as a
+//!   user's job does;
 //! - every run in its own process, so its figures are its own: events/s (wall clock),
 //!   events per CPU-second ("per core": CPU time of every thread of the job, so a job that
 //!   keeps two cores busy counts twice), cores used, peak RSS (with "file", the mapped file's
@@ -27,7 +31,8 @@
 //!   window arithmetic, the others by the query's own SQL;
 //! - medians of `WEIR_BENCH_RUNS` runs (default 3). `WEIR_BENCH_QUERIES=q5,q7` picks queries;
 //!   `WEIR_BENCH_FILES=dir` writes the events files there and keeps them (for a profiler:
-//!   `WEIR_BENCH_CHILD=q7,exactly_once,EVENTS,2,dir` runs one query from them).
+//!   `WEIR_BENCH_CHILD=q7,exactly_once,EVENTS,2,dir` runs one query from them, `mem:dir`
+//!   from them in memory).
 //!
 //! A run of every query writes its table to `docs/nexmark-bench.md` (or to
 //! `WEIR_BENCH_TABLE`, which also makes a run of some queries write it).
@@ -124,10 +129,15 @@ fn cpu_seconds() -> f64 {
 
 /// Peak resident set of this process in MB (VmHWM).
 fn peak_rss_mb() -> f64 {
+    rss_mb("VmHWM:")
+}
+
+/// A resident set figure of this process in MB (`VmHWM:` the peak, `VmRSS:` now).
+fn rss_mb(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }
@@ -157,6 +167,12 @@ fn script(query: &str, source: &str, events: usize, parallelism: usize) -> Strin
 
 /// One run of one query in this process; prints `RESULT wall cpu rss rows_out late_rows`.
 fn child(query: &str, delivery: &str, events: usize, parallelism: usize, source: &str) {
+    // "mem:DIR": the events files in DIR read into memory (decoded and checked) before the
+    // clock starts, as DataFusion's tables; the peak resident set then leaves them out.
+    let (source, preloaded_mb) = match source.strip_prefix("mem:") {
+        Some(dir) => (dir, preload(query, Path::new(dir))),
+        None => (source, 0.0),
+    };
     let dir = tempfile::tempdir().unwrap();
     let (mut s, _) = Session::open(SessionConfig {
         parallelism,
@@ -203,10 +219,29 @@ fn child(query: &str, delivery: &str, events: usize, parallelism: usize, source:
     let m = s.job_metrics(query).unwrap();
     println!(
         "RESULT {wall} {cpu} {} {} {}",
-        peak_rss_mb(),
+        peak_rss_mb() - preloaded_mb,
         m.rows_out,
         m.late_rows
     );
+}
+
+/// Reads the events files of the streams `query` reads from `dir` into memory
+/// (`preload_events_file`) and restarts the peak resident set from there; returns the MB
+/// the events hold (the resident set they added).
+fn preload(query: &str, dir: &Path) -> f64 {
+    use weir_connectors::nexmark::{preload_events_file, Stream};
+    let script =
+        std::fs::read_to_string(workspace().join(format!("examples/nexmark/{query}.sql"))).unwrap();
+    let before = rss_mb("VmRSS:");
+    for stream in [Stream::Person, Stream::Auction, Stream::Bid] {
+        if script.contains(&format!("stream = '{}'", stream.name())) {
+            preload_events_file(&dir.join(format!("{}.arrow", stream.name())), stream).unwrap();
+        }
+    }
+    let held = rss_mb("VmRSS:") - before;
+    // 5: reset the peak resident set ("high water mark") to the current one (proc(5)).
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    held
 }
 
 /// The checkpoint interval of every run: `WEIR_BENCH_CHECKPOINT` (e.g. `100ms`), else 1 s.
@@ -297,9 +332,18 @@ fn main() {
         _ => vec!["exactly_once"],
     };
     let sources = match std::env::var("WEIR_BENCH_SOURCE").as_deref() {
+        Ok("mem") => vec!["mem"],
         Ok("file") => vec!["file"],
         Ok("generator") => vec!["gen"],
-        _ => vec!["file", "gen"],
+        Ok(list) if list.contains(',') => list
+            .split(',')
+            .map(|s| match s.trim() {
+                "generator" => "gen",
+                "mem" => "mem",
+                _ => "file",
+            })
+            .collect(),
+        _ => vec!["mem", "file", "gen"],
     };
     let queries: Vec<&str> = QUERIES
         .iter()
@@ -391,10 +435,10 @@ fn main() {
         });
         for delivery in deliveries.iter().copied() {
             for source in sources.iter().copied() {
-                let from = if source == "gen" {
-                    "gen".to_string()
-                } else {
-                    files_dir.display().to_string()
+                let from = match source {
+                    "gen" => "gen".to_string(),
+                    "mem" => format!("mem:{}", files_dir.display()),
+                    _ => files_dir.display().to_string(),
                 };
                 let figures: Vec<Figures> = (0..runs)
                     .map(|_| measure(q, delivery, events, parallelism, &from))
@@ -463,8 +507,10 @@ fn markdown(title: &str, header: &[&str], rows: &[Vec<String>]) -> String {
     let mut out = format!(
         "# Nexmark figures\n\nWritten by `cargo bench --workspace --bench nexmark` (see the bench's \
          comment for what each column means) at commit {commit} on a {cores}-core machine.\n\n\
-         {title}. \"file\": events read from Arrow IPC events files (the query alone); \"gen\": \
-         events generated by the source as it runs. \"vs DF\": weir's events/s over DataFusion \
+         {title}. \"mem\": events read into memory before the job starts (the query alone, as \
+         DataFusion's figure; peak MB leaves the events out); \"file\": events read from Arrow IPC \
+         events files as the job runs (mapped, each batch checked); \"gen\": events generated \
+         by the source as it runs. \"vs DF\": weir's events/s over DataFusion \
          batch SQL's over the same events held in memory.\n\n"
     );
     out.push_str(&format!("| {} |\n", header.join(" | ")));

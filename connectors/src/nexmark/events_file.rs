@@ -11,15 +11,20 @@
 //! batches the job still holds, not every page of the file it has read.
 //! Partition `i` of `n` reads batches `i`, `i + n`, ...; each partition is in time order, as
 //! with the generator (the watermark is their minimum).
+//!
+//! [`preload_events_file`] reads a file into the process's memory ahead of a job, decoded and
+//! checked once: a source opening it then reads its batches from memory (no page of the file
+//! mapped, nothing checked again), as DataFusion batch SQL reads events already in memory. A
+//! benchmark uses it to time the query alone, apart from reading the file.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::array::{Array, ArrayData};
-use datafusion::arrow::buffer::Buffer;
+use datafusion::arrow::buffer::{Buffer, MutableBuffer};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::error::ArrowError;
@@ -273,30 +278,157 @@ impl Drop for BatchPages {
     }
 }
 
-/// An events file mapped into memory: its batches, decoded on demand.
+/// An events file: its batches, decoded on demand from the mapped file, or held in memory.
 pub struct EventsFile {
     path: PathBuf,
-    /// The whole file.
-    mapping: Arc<Mapping>,
-    blocks: Vec<Block>,
-    schema: SchemaRef,
-    version: datafusion::arrow::ipc::MetadataVersion,
+    held: Held,
     /// The number of events (over all streams) the file was written for.
     pub events: u64,
+}
+
+enum Held {
+    /// The whole file mapped, with its footer's batch blocks.
+    Mapped {
+        mapping: Arc<Mapping>,
+        blocks: Vec<Block>,
+        schema: SchemaRef,
+        version: datafusion::arrow::ipc::MetadataVersion,
+    },
+    /// Every batch decoded and checked (all columns), by [`preload_events_file`].
+    Loaded(Arc<Preloaded>),
+}
+
+/// A preloaded events file.
+struct Preloaded {
+    stream: Stream,
+    batches: Vec<RecordBatch>,
+    events: u64,
+}
+
+/// Events files read into memory by [`preload_events_file`], by canonical path.
+static PRELOADED: LazyLock<Mutex<HashMap<PathBuf, Arc<Preloaded>>>> =
+    LazyLock::new(Default::default);
+
+/// Reads the `stream` events file at `path` into this process's memory, every batch decoded
+/// and checked, so the sources that open it afterwards (`events_file = 'path'`, this path)
+/// read its batches from memory: no mapping, no page faults, no checks while a job runs.
+/// For benchmarks that time a query apart from its input, as DataFusion's batch SQL over
+/// events already in memory. Returns the bytes held; [`unload_events_files`] frees them.
+pub fn preload_events_file(path: &Path, stream: Stream) -> Result<usize> {
+    let mapped = EventsFile::map(path, stream)?;
+    let Held::Mapped {
+        mapping,
+        schema,
+        version,
+        ..
+    } = &mapped.held
+    else {
+        return Err(ConnectorError::Schema(format!(
+            "events_file '{}': not mapped",
+            path.display()
+        )));
+    };
+    // A copy in memory of its own (64-byte aligned, as Arrow's buffers), decoded in place.
+    let mut owned = MutableBuffer::with_capacity(mapping.map.len());
+    owned.extend_from_slice(&mapping.map);
+    let owned: Buffer = owned.into();
+    let all: Vec<usize> = (0..schema.fields().len()).collect();
+    let decoder = unsafe_unchecked_decoder(schema, *version, &all);
+    let batches = (0..mapped.batches())
+        .map(|index| {
+            let (start, len) = mapped.block_range(index)?;
+            mapped.decode(&decoder, index, owned.slice_with_length(start, len))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bytes = owned.len();
+    let loaded = Arc::new(Preloaded {
+        stream,
+        batches,
+        events: mapped.events,
+    });
+    PRELOADED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(canonical(path)?, loaded);
+    Ok(bytes)
+}
+
+/// Frees every events file [`preload_events_file`] read (sources already reading one keep
+/// their batches until they end).
+pub fn unload_events_files() {
+    PRELOADED.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+fn canonical(path: &Path) -> Result<PathBuf> {
+    path.canonicalize()
+        .map_err(io(format!("cannot open '{}'", path.display())))
+}
+
+/// A decoder of the columns `projection` that skips Arrow's checks (see
+/// [`EventsFile::decoder`]: every batch it reads goes through [`EventsFile::decode`]).
+fn unsafe_unchecked_decoder(
+    schema: &SchemaRef,
+    version: datafusion::arrow::ipc::MetadataVersion,
+    projection: &[usize],
+) -> FileDecoder {
+    let decoder = FileDecoder::new(schema.clone(), version).with_projection(projection.to_vec());
+    // SAFETY: every batch this decoder reads goes through `EventsFile::decode`, which checks
+    // it with `validate` (what Arrow's validation checks) before any value is read; the
+    // decoding itself only slices buffers (an undersized one panics there, which `decode`
+    // catches).
+    unsafe { decoder.with_skip_validation(true) }
+}
+
+/// Reads the batches of an [`EventsFile`]: the table's columns.
+pub struct BatchDecoder {
+    projection: Vec<usize>,
+    /// For a mapped file.
+    ipc: Option<FileDecoder>,
 }
 
 impl std::fmt::Debug for EventsFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventsFile")
             .field("path", &self.path)
-            .field("batches", &self.blocks.len())
+            .field("batches", &self.batches())
+            .field("preloaded", &matches!(self.held, Held::Loaded(_)))
             .finish()
     }
 }
 
 impl EventsFile {
-    /// Maps `path` and checks that it holds the `stream` stream. Errors name the file.
+    /// Opens `path` and checks that it holds the `stream` stream: from memory if it was
+    /// preloaded ([`preload_events_file`]), else mapped. Errors name the file.
     pub fn open(path: &Path, stream: Stream) -> Result<Self> {
+        let bad = |what: String| {
+            ConnectorError::Schema(format!("events_file '{}': {what}", path.display()))
+        };
+        let preloaded = {
+            let held = PRELOADED.lock().unwrap_or_else(|e| e.into_inner());
+            match held.is_empty() {
+                true => None,
+                false => held.get(&canonical(path)?).cloned(),
+            }
+        };
+        if let Some(loaded) = preloaded {
+            if loaded.stream != stream {
+                return Err(bad(format!(
+                    "holds the '{}' stream, not '{}'",
+                    loaded.stream.name(),
+                    stream.name()
+                )));
+            }
+            return Ok(Self {
+                path: path.to_path_buf(),
+                events: loaded.events,
+                held: Held::Loaded(loaded),
+            });
+        }
+        Self::map(path, stream)
+    }
+
+    /// Maps `path` (see [`Self::open`]).
+    fn map(path: &Path, stream: Stream) -> Result<Self> {
         let bad = |what: String| {
             ConnectorError::Schema(format!("events_file '{}': {what}", path.display()))
         };
@@ -355,18 +487,29 @@ impl EventsFile {
             .ok_or_else(|| bad("no event count in its metadata".into()))?;
         Ok(Self {
             path: path.to_path_buf(),
-            mapping,
-            blocks,
-            schema,
-            version,
+            held: Held::Mapped {
+                mapping,
+                blocks,
+                schema,
+                version,
+            },
             events,
         })
+    }
+
+    /// The mapping (tests of a mapped file).
+    #[cfg(test)]
+    fn mapping(&self) -> &Arc<Mapping> {
+        match &self.held {
+            Held::Mapped { mapping, .. } => mapping,
+            Held::Loaded(_) => panic!("a preloaded events file is not mapped"),
+        }
     }
 
     /// Gathers `bytes` of dropped batches before releasing them (tests).
     #[cfg(test)]
     pub(crate) fn release_every(&self, bytes: usize) {
-        self.mapping
+        self.mapping()
             .release_every
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
@@ -374,46 +517,95 @@ impl EventsFile {
     /// Where the file is mapped (tests find the mapping in /proc/self/smaps).
     #[cfg(test)]
     pub(crate) fn mapped_at(&self) -> usize {
-        self.mapping.map.as_ptr() as usize
+        self.mapping().map.as_ptr() as usize
     }
 
     pub fn batches(&self) -> usize {
-        self.blocks.len()
+        match &self.held {
+            Held::Mapped { blocks, .. } => blocks.len(),
+            Held::Loaded(loaded) => loaded.batches.len(),
+        }
     }
 
     /// A decoder of the columns `projection` (indexes in the stream's schema).
     ///
-    /// Arrow's own checks are skipped while decoding and made by [`validate`] on the decoded
-    /// batch instead (the same checks, faster for ASCII text); [`Self::batch`] always runs them.
-    pub fn decoder(&self, projection: &[usize]) -> FileDecoder {
-        let decoder = FileDecoder::new(self.schema.clone(), self.version)
-            .with_projection(projection.to_vec());
-        // SAFETY: every batch this decoder reads goes through `Self::batch`, which checks it
-        // with `validate` (what Arrow's validation checks) before any value is read; the
-        // decoding itself only slices buffers (an undersized one panics there, which `batch`
-        // catches).
-        unsafe { decoder.with_skip_validation(true) }
+    /// From a mapped file, Arrow's own checks are skipped while decoding and made by
+    /// [`validate`] on the decoded batch instead (the same checks, faster for ASCII text);
+    /// [`Self::batch`] always runs them. A preloaded file's batches were checked as it was read.
+    pub fn decoder(&self, projection: &[usize]) -> BatchDecoder {
+        BatchDecoder {
+            projection: projection.to_vec(),
+            ipc: match &self.held {
+                Held::Mapped {
+                    schema, version, ..
+                } => Some(unsafe_unchecked_decoder(schema, *version, projection)),
+                Held::Loaded(_) => None,
+            },
+        }
     }
 
-    /// The `index`-th batch, decoded in place by `decoder`.
-    pub fn batch(&self, decoder: &FileDecoder, index: usize) -> Result<RecordBatch> {
-        let block = &self.blocks[index];
+    /// The `index`-th batch's columns of `decoder`: decoded in place from a mapped file, or
+    /// picked from a preloaded one's.
+    pub fn batch(&self, decoder: &BatchDecoder, index: usize) -> Result<RecordBatch> {
+        let missing = || {
+            ConnectorError::Schema(format!(
+                "events_file '{}': no batch {index}",
+                self.path.display()
+            ))
+        };
+        let mapping = match &self.held {
+            Held::Loaded(loaded) => {
+                let batch = loaded.batches.get(index).ok_or_else(missing)?;
+                return batch.project(&decoder.projection).map_err(arrow);
+            }
+            Held::Mapped { mapping, .. } => mapping,
+        };
+        let ipc = decoder.ipc.as_ref().ok_or_else(missing)?;
+        let (start, len) = self.block_range(index)?;
+        let data = Buffer::from(bytes::Bytes::from_owner(BatchPages {
+            mapping: mapping.clone(),
+            start,
+            len,
+        }));
+        self.decode(ipc, index, data)
+    }
+
+    /// Where the `index`-th batch lies in a mapped file: its start and length.
+    fn block_range(&self, index: usize) -> Result<(usize, usize)> {
+        let past = || {
+            ConnectorError::Schema(format!(
+                "events_file '{}': batch {index} lies past the file's end",
+                self.path.display()
+            ))
+        };
+        let Held::Mapped {
+            mapping, blocks, ..
+        } = &self.held
+        else {
+            return Err(past());
+        };
+        let block = blocks.get(index).ok_or_else(past)?;
         let len = block.bodyLength() as usize + block.metaDataLength() as usize;
         let start = block.offset() as usize;
         if start
             .checked_add(len)
-            .is_none_or(|end| end > self.mapping.map.len())
+            .is_none_or(|end| end > mapping.map.len())
         {
+            return Err(past());
+        }
+        Ok((start, len))
+    }
+
+    /// The `index`-th batch of a mapped file decoded by `decoder` from `data` (its bytes),
+    /// and checked.
+    fn decode(&self, decoder: &FileDecoder, index: usize, data: Buffer) -> Result<RecordBatch> {
+        let Held::Mapped { blocks, .. } = &self.held else {
             return Err(ConnectorError::Schema(format!(
-                "events_file '{}': batch {index} lies past the file's end",
+                "events_file '{}': preloaded, not decoded",
                 self.path.display()
             )));
-        }
-        let data = Buffer::from(bytes::Bytes::from_owner(BatchPages {
-            mapping: self.mapping.clone(),
-            start,
-            len,
-        }));
+        };
+        let block = &blocks[index];
         let bad = |what: String| {
             ConnectorError::Schema(format!(
                 "events_file '{}': batch {index} {what}",

@@ -37,7 +37,9 @@ use weir_engine::{
 use crate::error::{ConnectorError, Result};
 use crate::options::Options;
 use crate::rate::RateLimit;
-pub use events_file::{write_events_file, EventsFile};
+pub use events_file::{
+    preload_events_file, unload_events_files, write_events_file, BatchDecoder, EventsFile,
+};
 use generate::{ArrowGenerator, EventConfig};
 
 pub(crate) const OPTIONS: &[&str] = &[
@@ -351,7 +353,7 @@ pub struct NexmarkReader {
     spec: NexmarkSourceFactory,
     generator: ArrowGenerator,
     /// With an events file: its decoder of the table's columns.
-    decoder: Option<datafusion::arrow::ipc::reader::FileDecoder>,
+    decoder: Option<BatchDecoder>,
     /// The stream offset of the next event; with an events file, the next batch's index.
     offset: u64,
     limit: RateLimit,

@@ -240,6 +240,68 @@ mod events_file {
         }
     }
 
+    /// A preloaded events file reads back the generator's rows (all columns, or some, in one
+    /// or three partitions) from memory, refuses another stream's table, and is read from the
+    /// file again once unloaded.
+    #[test]
+    fn a_preloaded_events_file_reads_the_generators_rows_from_memory() {
+        use super::super::{preload_events_file, unload_events_files, EventsFile};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bid.arrow");
+        write_events_file(
+            &path,
+            Stream::Bid,
+            4000,
+            config(1_436_918_400_000, 10_000),
+            89,
+        )
+        .unwrap();
+        let bytes = preload_events_file(&path, Stream::Bid).unwrap();
+        assert_eq!(bytes as u64, std::fs::metadata(&path).unwrap().len());
+        let file = EventsFile::open(&path, Stream::Bid).unwrap();
+        assert!(format!("{file:?}").contains("preloaded: true"), "{file:?}");
+        // Removing the file shows the batches come from memory.
+        let moved = dir.path().join("moved.arrow");
+        std::fs::rename(&path, &moved).unwrap();
+        std::fs::write(&path, b"not arrow").unwrap();
+        let ts = DataType::Timestamp(TimeUnit::Nanosecond, None);
+        for declared in [
+            None,
+            Some(std::sync::Arc::new(Schema::new(vec![
+                Field::new("date_time", ts, false),
+                Field::new("price", DataType::Float64, false),
+                Field::new("auction", DataType::Int64, false),
+            ]))),
+        ] {
+            let generated = source(
+                "bid",
+                &[("events", "4000"), ("batch_size", "89")],
+                declared.clone(),
+            )
+            .unwrap();
+            let want = all(&generated, drain(&generated, 0));
+            let p = path.to_str().unwrap();
+            let one = source("bid", &[("events_file", p)], declared.clone()).unwrap();
+            assert_eq!(all(&one, drain(&one, 0)), want);
+            let three =
+                source("bid", &[("events_file", p), ("partitions", "3")], declared).unwrap();
+            let rows: usize = (0..3)
+                .map(|i| drain(&three, i).iter().map(|b| b.num_rows()).sum::<usize>())
+                .sum();
+            assert_eq!(rows, want.num_rows());
+        }
+        let e = match source("auction", &[("events_file", path.to_str().unwrap())], None) {
+            Ok(_) => panic!("a bid file is not an auction stream"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("holds the 'bid' stream, not 'auction'"), "{e}");
+        unload_events_files();
+        let e = EventsFile::open(&path, Stream::Bid)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an Arrow IPC file"), "{e}");
+    }
+
     /// Resident kilobytes of the mapping that starts at `address` (/proc/self/smaps).
     fn resident_kb(address: usize) -> u64 {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
