@@ -119,6 +119,10 @@ pub struct EventTimeAssigner {
     newest: EventTime,
     /// Reused per batch: the watermark just before each row.
     row_watermarks: Vec<EventTime>,
+    /// The column the watermark expression rises with, when it is one that never falls as
+    /// the column rises (`t`, `t - INTERVAL ...`, a cast of those): with nothing to judge per
+    /// row, the batch's watermark is the expression at the row where that column is largest.
+    monotone_in: Option<usize>,
 }
 
 /// Casts a timestamp array of any unit to nanoseconds and returns it.
@@ -135,13 +139,53 @@ pub fn timestamps_as_nanos(array: &ArrayRef) -> Result<TimestampNanosecondArray>
     Ok(casted.as_primitive::<TimestampNanosecondType>().clone())
 }
 
+/// The row holding the largest value of `times` (the first such), none if all are NULL.
+fn newest_row(times: &TimestampNanosecondArray) -> Option<usize> {
+    let values = times.values();
+    if times.null_count() == 0 {
+        // The max first (a vectorised pass), then where it is.
+        let max = values.iter().copied().max()?;
+        return values.iter().position(|&t| t == max);
+    }
+    (0..times.len())
+        .filter(|&i| times.is_valid(i))
+        .max_by_key(|&i| (values[i], std::cmp::Reverse(i)))
+}
+
+/// The column a watermark expression rises with, if it never falls as that column rises: the
+/// column itself, plus or minus a constant (an interval), or a cast to another timestamp
+/// unit of those. Anything else: none (the expression is evaluated on every row).
+fn monotone_column(expr: &dyn PhysicalExpr) -> Option<usize> {
+    use datafusion::logical_expr::Operator;
+    use datafusion::physical_expr::expressions::{BinaryExpr, CastExpr, Column, Literal};
+    if let Some(column) = expr.downcast_ref::<Column>() {
+        return Some(column.index());
+    }
+    if let Some(cast) = expr.downcast_ref::<CastExpr>() {
+        return match cast.cast_type() {
+            DataType::Timestamp(..) => monotone_column(cast.expr().as_ref()),
+            _ => None,
+        };
+    }
+    let binary = expr.downcast_ref::<BinaryExpr>()?;
+    let constant = |e: &Arc<dyn PhysicalExpr>| e.is::<Literal>();
+    match binary.op() {
+        Operator::Minus if constant(binary.right()) => monotone_column(binary.left().as_ref()),
+        Operator::Plus if constant(binary.right()) => monotone_column(binary.left().as_ref()),
+        Operator::Plus if constant(binary.left()) => monotone_column(binary.right().as_ref()),
+        _ => None,
+    }
+}
+
 impl EventTimeAssigner {
     pub fn new(spec: EventTimeSpec) -> Self {
+        let monotone_in = spec.watermark.as_deref().and_then(monotone_column);
         Self {
             spec,
             watermark: WATERMARK_MIN,
             newest: WATERMARK_MIN,
             row_watermarks: Vec::new(),
+            monotone_in,
         }
     }
 
@@ -172,10 +216,13 @@ impl EventTimeAssigner {
     /// Advance the watermark over `batch` and assign windows.
     pub fn assign(&mut self, batch: RecordBatch) -> Result<Assigned> {
         let batch = self.stamp(batch)?;
-        self.advance_watermark(&batch)?;
+        let newest = self.advance_watermark(&batch)?;
         if let Some(column) = self.spec.event_time {
-            let times = timestamps_as_nanos(batch.column(column))?;
-            if let Some(t) = datafusion::arrow::compute::max(&times) {
+            let newest = match newest {
+                Some((c, t)) if c == column => t,
+                _ => datafusion::arrow::compute::max(&timestamps_as_nanos(batch.column(column))?),
+            };
+            if let Some(t) = newest {
                 self.newest = self.newest.max(t);
             }
         }
@@ -272,7 +319,13 @@ impl EventTimeAssigner {
     }
 
     /// Moves the watermark over the rows of `batch`, keeping the watermark just before each.
-    fn advance_watermark(&mut self, batch: &RecordBatch) -> Result<()> {
+    /// Moves the watermark over `batch`, noting the watermark before each row where rows are
+    /// judged. Returns the largest time of the column the watermark rises with, when it found
+    /// it on the way (`(column, max)`).
+    fn advance_watermark(
+        &mut self,
+        batch: &RecordBatch,
+    ) -> Result<Option<(usize, Option<EventTime>)>> {
         self.row_watermarks.clear();
         if let Some(p) = self.spec.proctime.as_ref().filter(|p| p.watermark) {
             // Every row of the batch was stamped with one time: the watermark before each is
@@ -282,19 +335,36 @@ impl EventTimeAssigner {
             if let Some(t) = stamped.iter().flatten().max() {
                 self.watermark = self.watermark.max(t);
             }
-            return Ok(());
+            return Ok(None);
         }
         let Some(expr) = &self.spec.watermark else {
-            return Ok(());
+            return Ok(None);
         };
+        let judged = self.spec.window.is_some() || self.spec.out_of_bound.is_some();
+        if let (false, Some(column)) = (judged, self.monotone_in) {
+            // Only the watermark after the batch is needed: the expression at the row with
+            // the largest time (the expression never falls as the time rises), one row
+            // evaluated instead of the batch.
+            if let Ok(times) = timestamps_as_nanos(batch.column(column)) {
+                let Some(row) = newest_row(&times) else {
+                    return Ok(Some((column, None)));
+                };
+                let value = expr.evaluate(&batch.slice(row, 1))?.into_array(1)?;
+                let value = timestamps_as_nanos(&value)?;
+                if value.is_valid(0) {
+                    self.watermark = self.watermark.max(value.value(0));
+                }
+                return Ok(Some((column, Some(times.value(row)))));
+            }
+        }
         let values = expr.evaluate(batch)?.into_array(batch.num_rows())?;
         let values = timestamps_as_nanos(&values)?;
-        if self.spec.window.is_none() && self.spec.out_of_bound.is_none() {
+        if !judged {
             // Nothing judges rows here: only the watermark after the batch is needed.
             if let Some(max) = datafusion::arrow::compute::max(&values) {
                 self.watermark = self.watermark.max(max);
             }
-            return Ok(());
+            return Ok(None);
         }
         let mut running = self.watermark;
         self.row_watermarks.reserve(values.len());
@@ -315,7 +385,7 @@ impl EventTimeAssigner {
             }));
         }
         self.watermark = running;
-        Ok(())
+        Ok(None)
     }
 
     /// The open windows of each row, as (row, window) pairs, the count of late rows and, with
@@ -753,5 +823,89 @@ mod tests {
             kept.extend(out.batch.map(|b| ids(&b)).unwrap_or_default());
         }
         assert_eq!((late, kept), (2, vec![1, 2, 5]));
+    }
+
+    /// With nothing judged per row, a watermark expression that rises with its column is
+    /// evaluated at the batch's newest row only: the watermark (and the newest time) after
+    /// each batch are those of evaluating it on every row. Expressions not known to rise
+    /// still go row by row.
+    #[test]
+    fn a_rising_watermark_expression_is_evaluated_at_the_newest_row_only() {
+        use datafusion::logical_expr::Operator;
+        use datafusion::physical_expr::expressions::{BinaryExpr, CastExpr, Literal};
+        use datafusion::scalar::ScalarValue;
+        let ts = || -> Arc<dyn PhysicalExpr> { Arc::new(Column::new("ts", 1)) };
+        let four = || -> Arc<dyn PhysicalExpr> {
+            Arc::new(Literal::new(ScalarValue::new_interval_mdn(0, 0, 4 * S)))
+        };
+        let ms = DataType::Timestamp(TimeUnit::Millisecond, None);
+        let minus_four: Arc<dyn PhysicalExpr> =
+            Arc::new(BinaryExpr::new(ts(), Operator::Minus, four()));
+        let cases: Vec<(Arc<dyn PhysicalExpr>, bool)> = vec![
+            (ts(), true),
+            (Arc::clone(&minus_four), true),
+            (
+                Arc::new(BinaryExpr::new(four(), Operator::Plus, ts())),
+                true,
+            ),
+            (
+                Arc::new(CastExpr::new(Arc::clone(&minus_four), ms, None)),
+                true,
+            ),
+            // Through a number: not known to rise, evaluated on every row.
+            (
+                Arc::new(CastExpr::new(
+                    Arc::new(CastExpr::new(ts(), DataType::Int64, None)),
+                    DataType::Timestamp(TimeUnit::Nanosecond, None),
+                    None,
+                )),
+                false,
+            ),
+        ];
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for (expr, rising) in cases {
+            let spec = EventTimeSpec {
+                watermark: Some(Arc::clone(&expr)),
+                window: None,
+                proctime: None,
+                out_of_bound: None,
+                keep_late: false,
+                event_time: Some(1),
+            };
+            let mut fast = EventTimeAssigner::new(spec.clone());
+            assert_eq!(fast.monotone_in.is_some(), rising, "{expr}");
+            let mut every_row = EventTimeAssigner::new(spec);
+            every_row.monotone_in = None;
+            for round in 0..200 {
+                let n = 1 + (next() % 20) as usize;
+                let times: Vec<Option<i64>> = (0..n)
+                    .map(|_| {
+                        let v = next();
+                        (v % 5 != 0).then_some((v % 1000) as i64 * 1_000_000 - 300 * S)
+                    })
+                    .collect();
+                let batch = RecordBatch::try_new(
+                    schema(),
+                    vec![
+                        Arc::new(Int64Array::from(vec![round; n])),
+                        Arc::new(TimestampNanosecondArray::from(times.clone())),
+                    ],
+                )
+                .unwrap();
+                fast.assign(batch.clone()).unwrap();
+                every_row.assign(batch).unwrap();
+                assert_eq!(
+                    (fast.watermark(), fast.newest()),
+                    (every_row.watermark(), every_row.newest()),
+                    "{expr}, round {round}: {times:?}"
+                );
+            }
+        }
     }
 }
